@@ -1,0 +1,1 @@
+"""cvae: a class-conditioned VAE for MNIST in JAX, Flax Linen, Optax and Orbax."""

@@ -1,0 +1,223 @@
+"""Events of the training loop and the built-in callbacks that listen to them.
+
+Synopsis:
+
+    class PrintKL(Callback):
+        def on_eval_end(self, run, metrics):
+            print(run.step, metrics["kl"])
+
+    train_and_evaluate(config, data, "checkpoints", callbacks=[*default_callbacks(...), PrintKL()])
+
+A callback sees the loop through `run` (a `Run`: config, state, step, epoch, checkpoint dir) and
+may ask it to stop with `run.request_stop(reason)`. Events, in order: fit_start, then per epoch
+epoch_start, step_end (once per fused chunk, with the chunk's stacked metrics), eval_end,
+epoch_end; finally fit_end (also after a stop). The loop owns no logging, saving or plotting:
+all of that lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from cvae.checkpoint import create_manager, save_checkpoint
+from cvae.grid import make_grid, save_png
+from cvae.model import create_model
+from cvae.sampling import create_sampler
+
+
+@dataclasses.dataclass
+class Run:
+    """What callbacks may read (and `request_stop`) while the loop runs."""
+
+    config: Any
+    checkpoint_dir: Path
+    steps_per_epoch: int
+    total_steps: int
+    state: Any = None
+    step: int = 0
+    epoch: int = 0
+    stop_reason: str | None = None
+    exit_code: int = 0
+    extras: dict = dataclasses.field(default_factory=dict)
+
+    def request_stop(self, reason: str, exit_code: int = 0) -> None:
+        if self.stop_reason is None:
+            self.stop_reason, self.exit_code = reason, exit_code
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None
+
+
+class Callback:
+    """Override the events you need; each gets the `Run` first."""
+
+    def on_fit_start(self, run: Run) -> None: ...
+    def on_epoch_start(self, run: Run) -> None: ...
+    def on_step_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None: ...
+    def on_eval_end(self, run: Run, metrics: dict[str, float]) -> None: ...
+    def on_epoch_end(self, run: Run, metrics: dict[str, float]) -> None: ...
+    def on_fit_end(self, run: Run) -> None: ...
+
+
+class CallbackList:
+    """Calls each callback in order; the loop talks only to this."""
+
+    def __init__(self, callbacks: list[Callback]):
+        self.callbacks = list(callbacks)
+
+    def emit(self, event: str, run: Run, *args) -> None:
+        for callback in self.callbacks:
+            getattr(callback, f"on_{event}")(run, *args)
+
+
+class NanGuard(Callback):
+    """Stops at the first non-finite loss term, naming the step and the term; saves nothing."""
+
+    TERMS = ("loss", "reconstruction", "kl", "grad_norm")
+
+    def on_step_end(self, run, metrics):
+        first_step = run.step - len(metrics["loss"])
+        for term in self.TERMS:
+            values = np.asarray(metrics.get(term, []))
+            bad = np.flatnonzero(~np.isfinite(values))
+            if bad.size:
+                run.extras["nan"] = True
+                run.request_stop(
+                    f"non-finite {term} ({values[bad[0]]}) at step {first_step + int(bad[0]) + 1}; "
+                    f"the last good checkpoint is kept in {run.checkpoint_dir}", exit_code=3)
+                return
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over all steps with the live loss."""
+
+    def __init__(self, disable: bool | None = None):
+        self.disable = disable
+        self.bar = None
+
+    def on_fit_start(self, run):
+        self.bar = tqdm(total=run.total_steps, initial=run.step, unit="step",
+                        dynamic_ncols=True, disable=self.disable, desc="train")
+
+    def on_epoch_start(self, run):
+        self.bar.set_description(f"epoch {run.epoch + 1}")
+
+    def on_step_end(self, run, metrics):
+        self.bar.update(len(metrics["loss"]))
+        self.bar.set_postfix(loss=f"{float(np.mean(metrics['loss'])):.2f}",
+                             kl=f"{float(np.mean(metrics['kl'])):.2f}")
+
+    def on_eval_end(self, run, metrics):
+        self.bar.write(f"epoch {run.epoch + 1} step {run.step}: test loss {metrics['loss']:.2f} "
+                       f"(reconstruction {metrics['reconstruction']:.2f}, KL {metrics['kl']:.2f})")
+
+    def on_fit_end(self, run):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class MetricsLogger(Callback):
+    """Appends one JSON line per epoch to `metrics.jsonl`: train means, test metrics, timing.
+
+    Train means are weighted by step count; with equal batches that is the exact example mean.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.sums: dict[str, float] = {}
+        self.count = 0
+        self.started = 0.0
+
+    def on_epoch_start(self, run):
+        self.sums, self.count, self.started = {}, 0, self.clock()
+
+    def on_step_end(self, run, metrics):
+        for name, values in metrics.items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(np.sum(values))
+        self.count += len(metrics["loss"])
+
+    def on_epoch_end(self, run, metrics):
+        record = {"epoch": run.epoch + 1, "step": run.step,
+                  "seconds": round(self.clock() - self.started, 3)}
+        record.update({f"train_{k}": v / self.count for k, v in self.sums.items() if self.count})
+        record.update({f"test_{k}": v for k, v in metrics.items()})
+        if self.count and record["seconds"] > 0:
+            record["examples_per_second"] = round(
+                self.count * run.config.batch_size / record["seconds"], 1)
+        append_jsonl(Path(run.checkpoint_dir) / "metrics.jsonl", record)
+
+
+class EarlyStopping(Callback):
+    """Stops after `patience` evaluations without a `min_delta` improvement of the test loss."""
+
+    def __init__(self, patience: int, min_delta: float = 0.0, metric: str = "loss"):
+        self.patience, self.min_delta, self.metric = patience, min_delta, metric
+        self.best, self.bad_epochs = math.inf, 0
+
+    def on_eval_end(self, run, metrics):
+        value = metrics[self.metric]
+        if value < self.best - self.min_delta:
+            self.best, self.bad_epochs = value, 0
+            return
+        self.bad_epochs += 1
+        if self.bad_epochs >= self.patience:
+            run.request_stop(f"early stopping: test {self.metric} has not improved by "
+                             f"{self.min_delta} for {self.patience} epochs (best {self.best:.3f})")
+
+
+class Checkpointer(Callback):
+    """Saves at each epoch end (ranked by test loss) and, after a stop, at the step reached."""
+
+    def __init__(self, keep: int = 3):
+        self.keep = keep
+        self.manager = None
+        self.saved_step = -1
+
+    def on_fit_start(self, run):
+        self.manager = create_manager(run.checkpoint_dir, keep=self.keep)
+
+    def save(self, run, metrics):
+        self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics)
+
+    def on_epoch_end(self, run, metrics):
+        self.save(run, {**metrics, "epoch": run.epoch + 1})
+
+    def on_fit_end(self, run):
+        if self.manager is None:
+            return
+        if run.step != self.saved_step and run.step > 0 and not run.extras.get("nan"):
+            self.save(run, None)
+        self.manager.close()
+
+
+class SampleGrid(Callback):
+    """Writes a 10x10 grid (row d = ten samples of digit d, fixed seed) after each epoch."""
+
+    def __init__(self, seed: int = 0, n: int = 10):
+        self.seed, self.n = seed, n
+        self.sampler = None
+
+    def on_fit_start(self, run):
+        self.sampler = create_sampler(create_model(run.config), run.config, variables={})
+
+    def on_epoch_end(self, run, metrics):
+        self.sampler.variables = run.state.eval_variables()
+        images = self.sampler.sample_images(None, self.n, self.seed)
+        grid = make_grid(images, cols=self.n, pad=2, scale=1)
+        save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
+        save_png(grid, Path(run.checkpoint_dir) / "samples_latest.png")
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")

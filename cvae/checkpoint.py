@@ -1,0 +1,131 @@
+"""Self-describing Orbax checkpoints: train state + config JSON + metrics, one step per folder.
+
+Retention is "the latest `keep` and the best 1 by test loss", written as an explicit Orbax
+preservation policy: with plain `max_to_keep` + `best_fn`, Orbax keeps only the best N and may
+delete the newest step (orbax #526). Saves are synchronous and atomic (Orbax writes to a
+temporary folder and renames it on commit), so a killed process never leaves a step that
+restores half-written. Readers (sample, eval, the service) open the directory read-only: they
+never delete or write there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+from cvae.config import Config
+from cvae.model import create_model
+from cvae.optim import create_optimizer
+
+log = logging.getLogger(__name__)
+
+ITEMS = ("state", "config", "metrics")
+BEST_METRIC = "loss"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint; the message says where we looked and what to do."""
+
+
+def _best_metric(metrics: dict) -> float:
+    return float(metrics[BEST_METRIC])
+
+
+def create_manager(directory: str | Path, keep: int = 3, read_only: bool = False
+                   ) -> ocp.CheckpointManager:
+    directory = Path(directory).absolute()
+    retention = policies.AnyPreservationPolicy([
+        policies.LatestN(n=keep),
+        # reverse=True: BestN keeps the *last* n after sorting, so sort descending to keep the
+        # lowest loss. Steps saved without metrics (interrupts) are left to LatestN.
+        policies.BestN(get_metric_fn=_best_metric, reverse=True, n=1,
+                       keep_checkpoints_without_metrics=False),
+    ])
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=None if read_only else retention,
+        best_fn=_best_metric, best_mode="min",
+        enable_async_checkpointing=False, read_only=read_only, create=not read_only)
+    return ocp.CheckpointManager(directory, options=options, item_names=ITEMS)
+
+
+def save_checkpoint(manager: ocp.CheckpointManager, state, config: Config,
+                    metrics: dict[str, Any] | None, force: bool = True) -> int:
+    """Write one step; `metrics` (test-set figures) rank it for "best" retention."""
+    step = int(jax.device_get(state.step))
+    args = ocp.args.Composite(
+        state=ocp.args.StandardSave(state),
+        config=ocp.args.JsonSave(config.to_dict()),
+        metrics=ocp.args.JsonSave(metrics or {}),
+    )
+    manager.save(step, args=args, metrics=metrics or None, force=force)
+    manager.wait_until_finished()
+    return step
+
+
+def read_config(manager: ocp.CheckpointManager, step: int) -> Config:
+    restored = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
+    return Config.from_dict(restored.config)
+
+
+def abstract_state(config: Config, total_steps: int = 1):
+    """The train state's structure, shapes and dtypes, built from the config without compute."""
+    from cvae.train import create_train_state  # local: train imports nothing from here
+
+    model = create_model(config)
+    optimizer, _ = create_optimizer(config, total_steps)
+    return jax.eval_shape(
+        lambda: create_train_state(jax.random.key(config.seed), model, optimizer, config))
+
+
+def restore_state(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, dict]:
+    """Restore the state into `template`'s structure (abstract or concrete) and its metrics."""
+    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), metrics=ocp.args.JsonRestore()))
+    return restored.state, dict(restored.metrics or {})
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    step: int
+    config: Config
+    state: Any
+    metrics: dict
+
+
+def load_checkpoint(directory: str | Path, step: int | None = None) -> Checkpoint:
+    """Read a checkpoint (latest by default) with nothing but the directory.
+
+    When the newest step cannot be read (corrupt or deleted under us), falls back to the next
+    older one and logs which step was skipped and why.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"no checkpoint directory at {directory.absolute()}: "
+                              f"run `make train` (or `cvae train --checkpoint-dir {directory}`)")
+    manager = create_manager(directory, read_only=True)
+    try:
+        steps = [step] if step is not None else sorted(manager.all_steps(), reverse=True)
+        if not steps:
+            raise CheckpointError(f"no checkpoint in {directory.absolute()}: run `make train` "
+                                  f"(or `cvae train --checkpoint-dir {directory}`)")
+        errors = []
+        for candidate in steps:
+            try:
+                config = read_config(manager, candidate)
+                state, metrics = restore_state(manager, candidate, abstract_state(config))
+                return Checkpoint(candidate, config, state, metrics)
+            except (OSError, ValueError, KeyError, FileNotFoundError) as error:
+                log.warning("skipping checkpoint step %d in %s: %s", candidate, directory,
+                            str(error).splitlines()[0] if str(error) else type(error).__name__)
+                errors.append(f"step {candidate}: {type(error).__name__}")
+        raise CheckpointError(f"no readable checkpoint in {directory.absolute()} "
+                              f"({'; '.join(errors)})")
+    finally:
+        manager.close()

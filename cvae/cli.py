@@ -1,0 +1,208 @@
+"""The `cvae` console script: data, train, sample, eval, serve.
+
+Every config field is a `cvae train` flag (underscores become dashes), so `cvae train --help`
+is the full list of knobs. User mistakes end as one line on stderr and a non-zero exit code;
+only genuine bugs show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import typing
+from pathlib import Path
+
+from cvae import config as config_lib
+
+EXIT_USER_ERROR = 2
+
+
+def bounded(kind: type, low=None, high=None, low_open: bool = False):
+    """argparse type: parse `kind` and check low <= value <= high, naming the range on failure."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}")
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high):
+            left = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"{value} is outside {left}{low}, {high}]")
+        return value
+    return parse
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(config_lib.Config)
+    choices = {"dataset": config_lib.DATASETS, "data_source": config_lib.DATA_SOURCES,
+               "binarization": config_lib.BINARIZATIONS, "architecture": config_lib.ARCHITECTURES,
+               "activation": config_lib.ACTIVATIONS, "likelihood": config_lib.LIKELIHOODS,
+               "kl_schedule": config_lib.KL_SCHEDULES, "optimizer": config_lib.OPTIMIZERS,
+               "lr_schedule": config_lib.LR_SCHEDULES, "freeze": config_lib.FREEZE_OPTIONS}
+    group = parser.add_argument_group("config (defaults from --preset)")
+    for field in dataclasses.fields(config_lib.Config):
+        flag = "--" + field.name.replace("_", "-")
+        hint = hints[field.name]
+        default = getattr(config_lib.default(), field.name)
+        if hint is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"(default {default})")
+        elif field.name in choices:
+            group.add_argument(flag, choices=choices[field.name], default=None,
+                               help=f"(default {default})")
+        else:
+            metavar = "N,N,..." if typing.get_origin(hint) is tuple else field.name.upper()
+            group.add_argument(flag, default=None, metavar=metavar, help=f"(default {default})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cvae", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    data = commands.add_parser("data", help="prepare MNIST IDX files under --data-dir (offline)")
+    data.add_argument("--data-dir", default="data")
+    data.add_argument("--dataset", choices=config_lib.DATASETS, default="mnist")
+
+    train = commands.add_parser("train", help="train (resumes from the latest checkpoint)")
+    train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default")
+    train.add_argument("--checkpoint-dir", default="checkpoints")
+    train.add_argument("--data-dir", default="data")
+    train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+    train.add_argument("--init-from", metavar="DIR", help="start from another run's weights")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
+    train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
+    add_config_flags(train)
+
+    sample = commands.add_parser("sample", help="render a PNG grid of generated digits")
+    sample.add_argument("--checkpoint-dir", default="checkpoints")
+    sample.add_argument("--digit", type=bounded(int, 0, 9), help="0-9; omit for one row per digit")
+    sample.add_argument("--n", type=bounded(int, 1, 1024), default=16, help="samples per digit")
+    sample.add_argument("--cols", type=bounded(int, 1, 1024), help="default ceil(sqrt(n)), or n")
+    sample.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    sample.add_argument("--temperature", type=bounded(float, 0, 2, low_open=True), default=1.0)
+    sample.add_argument("--scale", type=bounded(int, 1, 8), default=1)
+    sample.add_argument("--pad", type=bounded(int, 0, 8), default=2)
+    sample.add_argument("--out", required=True, help="output PNG path")
+
+    evaluate = commands.add_parser("eval", help="test-set metrics of a checkpoint")
+    evaluate.add_argument("--checkpoint-dir", default="checkpoints")
+    evaluate.add_argument("--data-dir", default="data")
+    evaluate.add_argument("--json", metavar="FILE", help="also write the metrics as JSON")
+
+    serve = commands.add_parser("serve", help="serve /sample over HTTP")
+    serve.add_argument("--checkpoint-dir", default="checkpoints")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> config_lib.Config:
+    config = config_lib.get_preset(args.preset)
+    hints = typing.get_type_hints(config_lib.Config)
+    changes = {}
+    for field in dataclasses.fields(config_lib.Config):
+        value = getattr(args, field.name, None)
+        if value is not None:
+            changes[field.name] = config_lib.coerce(hints[field.name], value, field.name)
+    return config.replace(**changes).validate()
+
+
+def cmd_data(args) -> int:
+    from cvae.data import prepare_dataset
+
+    prepare_dataset(args.data_dir, args.dataset)
+    return 0
+
+
+def cmd_train(args) -> int:
+    import jax
+
+    from cvae.callbacks import (Checkpointer, EarlyStopping, MetricsLogger, NanGuard,
+                                ProgressBar, SampleGrid)
+    from cvae.data import load_dataset
+    from cvae.loop import train_and_evaluate
+
+    config = config_from_args(args)
+    checkpoint_dir = Path(args.checkpoint_dir)
+    ensure_writable(checkpoint_dir)
+    data = load_dataset(args.data_dir, config.dataset, config.data_source)
+    jax.config.update("jax_debug_nans", args.debug_nans)
+    jax.config.update("jax_disable_jit", args.disable_jit)
+    callbacks = [NanGuard(), ProgressBar(disable=True if args.no_progress else None),
+                 MetricsLogger(), Checkpointer(config.keep_checkpoints), SampleGrid()]
+    if config.early_stopping_patience:
+        callbacks.insert(1, EarlyStopping(config.early_stopping_patience,
+                                          config.early_stopping_min_delta))
+    run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
+                             init_from=args.init_from)
+    if run.stop_reason:
+        print(f"stopped at step {run.step}: {run.stop_reason}", file=sys.stderr)
+        if run.exit_code == 0:
+            print(f"resume with the same command; checkpoints are in {checkpoint_dir}",
+                  file=sys.stderr)
+        return run.exit_code
+    print(f"trained to step {run.step}; checkpoints and samples in {checkpoint_dir}")
+    return 0
+
+
+def ensure_writable(directory: Path) -> None:
+    """Fail in the first second, not at the first save an epoch later."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise PermissionError(f"checkpoint dir {directory} is not writable: "
+                              f"{error.strerror or error}") from None
+
+
+def cmd_sample(args) -> int:
+    from cvae.grid import save_png, make_grid
+    from cvae.sampling import grid_columns, load_sampler
+
+    sampler = load_sampler(args.checkpoint_dir)
+    images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
+    grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
+                     scale=args.scale)
+    path = save_png(grid, args.out)
+    print(f"wrote {path} ({grid.shape[1]}x{grid.shape[0]}, step {sampler.step}, seed {args.seed})")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from cvae.evaluate import run_eval
+
+    return run_eval(args)
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from service.app import create_app
+
+    uvicorn.run(create_app(args.checkpoint_dir), host=args.host, port=args.port)
+    return 0
+
+
+COMMANDS = {"data": cmd_data, "train": cmd_train, "sample": cmd_sample, "eval": cmd_eval,
+            "serve": cmd_serve}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from cvae.errors import USER_ERRORS
+
+    try:
+        return COMMANDS[args.command](args)
+    except USER_ERRORS as error:
+        print(f"cvae {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Tile 28x28 digit images into one grayscale grid and encode it as a PNG.
+
+Sampling (`cvae sample`) and the HTTP service (`GET /sample`) both return a grid of digits, and
+the service promises byte-identical PNGs for the same seed, so the layout and the encoding live
+here once, in pure NumPy + Pillow with no JAX, where they can be tested instantly. The layout is
+the `torchvision.utils.make_grid` convention (see DESIGN.md, "HTTP service"): tiles of
+`28*scale` px, row-major, with `pad` px of background around every tile including the outer
+border, so `width = cols*(28*scale+pad)+pad` and `height = rows*(28*scale+pad)+pad`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+TILE = 28
+MAX_SCALE = 8
+MAX_PAD = 8
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """Returns `value` as an int, or raises ValueError naming `name` and the allowed range."""
+    allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+    return value
+
+
+def grid_shape(n: int, cols: int, scale: int = 1, pad: int = 2) -> tuple[int, int]:
+    """Returns (height, width) in px of the grid that `make_grid` builds for `n` images."""
+    n = _check_int("n", n, 1)
+    cols = _check_int("cols", cols, 1)
+    scale = _check_int("scale", scale, 1, MAX_SCALE)
+    pad = _check_int("pad", pad, 0, MAX_PAD)
+    rows = math.ceil(n / cols)
+    step = TILE * scale + pad
+    return rows * step + pad, cols * step + pad
+
+
+def _to_uint8(images: np.ndarray) -> np.ndarray:
+    """images: float[N, 28, 28] or [N, 784] in [0, 1], or uint8 -> uint8[N, 28, 28]."""
+    images = np.asarray(images)
+    if images.ndim == 2 and images.shape[1] == TILE * TILE:
+        images = images.reshape(-1, TILE, TILE)
+    if images.ndim != 3 or images.shape[1:] != (TILE, TILE):
+        raise ValueError(
+            f"images must have shape [N, 28, 28] or [N, 784], got {list(images.shape)}"
+        )
+    if images.shape[0] < 1:
+        raise ValueError("images must hold n >= 1 images, got 0")
+    if images.dtype == np.uint8:
+        return images
+    if not np.issubdtype(images.dtype, np.floating):
+        raise ValueError(f"images must be floating in [0, 1] or uint8, got dtype {images.dtype}")
+    if np.isnan(images).any():
+        raise ValueError("images must not contain NaN")
+    # Quantisation: clip to [0, 1], then np.round(x * 255), which rounds halves to even
+    # (0.5 -> 127.5 -> 128); float32 is used so the result matches across input dtypes.
+    scaled = np.round(np.clip(images.astype(np.float32), 0.0, 1.0) * np.float32(255))
+    return scaled.astype(np.uint8)
+
+
+def make_grid(
+    images: np.ndarray, cols: int, pad: int = 2, scale: int = 1, pad_value: int = 0
+) -> np.ndarray:
+    """Tiles images row-major into one grayscale grid.
+
+    Args:
+      images: float[N, 28, 28] (or [N, 784]) in [0, 1], clipped, quantised as
+        `np.round(clip(x, 0, 1) * 255)` (round half to even); or uint8[N, 28, 28] used as is.
+      cols: tiles per row (>= 1); rows = ceil(N / cols), empty tiles in the last row are background.
+      pad: background px around every tile, outer border included (0..8).
+      scale: nearest-neighbour integer upscale of each tile (1..8).
+      pad_value: background grey level (0..255).
+
+    Returns:
+      uint8[H, W] with (H, W) = grid_shape(N, cols, scale, pad).
+    """
+    tiles = _to_uint8(images)
+    n = tiles.shape[0]
+    height, width = grid_shape(n, cols, scale, pad)
+    pad_value = _check_int("pad_value", pad_value, 0, 255)
+    if scale > 1:
+        tiles = tiles.repeat(scale, axis=1).repeat(scale, axis=2)
+    size = TILE * scale
+    grid = np.full((height, width), pad_value, dtype=np.uint8)
+    for index in range(n):
+        row, col = divmod(index, cols)
+        top = pad + row * (size + pad)
+        left = pad + col * (size + pad)
+        grid[top : top + size, left : left + size] = tiles[index]
+    return grid
+
+
+def _check_grid(grid: np.ndarray) -> np.ndarray:
+    grid = np.asarray(grid)
+    if grid.ndim != 2 or grid.dtype != np.uint8 or grid.size == 0:
+        raise ValueError(
+            f"grid must be a non-empty uint8[H, W] array, got {grid.dtype}{list(grid.shape)}"
+        )
+    return np.ascontiguousarray(grid)
+
+
+def png_bytes(grid: np.ndarray) -> bytes:
+    """Encodes grid uint8[H, W] as an 8-bit grayscale ("L") PNG.
+
+    Deterministic: no metadata or timestamps and fixed compression settings, so the same array
+    gives the same bytes (with the same Pillow/zlib build).
+    """
+    # A 2-D uint8 array maps to mode "L"; passing mode= is deprecated in Pillow >= 11.3.
+    image = Image.fromarray(_check_grid(grid))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=False, compress_level=6)
+    return buffer.getvalue()
+
+
+def save_png(grid: np.ndarray, path: str | os.PathLike[str]) -> Path:
+    """Writes `png_bytes(grid)` to `path` atomically (temp file + os.replace); returns the path.
+
+    Parent directories are created; readers never see a half-written file.
+    """
+    path = Path(path)
+    data = png_bytes(grid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp_name, 0o644)  # mkstemp makes 0600; outputs are meant to be shared.
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,137 @@
+"""The class-conditioned VAE as a Flax Linen module, and nothing about training.
+
+Encoder q(z | x, y): image and one-hot label -> MLP (or small convnet) -> one projection to
+2 * latent_dim, split into mean and log-variance. The log-variance is soft-clamped with a scaled
+tanh so exp(logvar) and the KL stay finite whatever the optimiser does. Decoder p(x | z, y):
+a projection of z plus a projection of the one-hot label, then an MLP (or transposed convnet)
+back to 784 pixel logits. `decode` returns logits; `pixel_means` maps them to [0, 1].
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from cvae.config import Config
+
+NUM_CLASSES = 10
+IMAGE_PIXELS = 28 * 28
+
+ACTIVATION_FNS: dict[str, Callable] = {
+    "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
+    "leaky_relu": nn.leaky_relu,
+}
+
+
+def reparameterize(key: jax.Array, mean: jax.Array, logvar: jax.Array) -> jax.Array:
+    """z = mean + sigma * eps: a sample whose gradient flows to mean and logvar."""
+    return mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
+
+
+def soft_clamp(x: jax.Array, bound: float) -> jax.Array:
+    """Smoothly squash x into (-bound, bound); identity near zero, gradients never vanish to 0."""
+    return bound * jnp.tanh(x / bound)
+
+
+class _Block(nn.Module):
+    """Dense -> (BatchNorm) -> activation -> (Dropout)."""
+
+    width: int
+    activation: str
+    dropout_rate: float
+    batch_norm: bool
+
+    @nn.compact
+    def __call__(self, h: jax.Array, train: bool) -> jax.Array:
+        h = nn.Dense(self.width)(h)
+        if self.batch_norm:
+            h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
+        h = ACTIVATION_FNS[self.activation](h)
+        if self.dropout_rate > 0:
+            h = nn.Dropout(self.dropout_rate, deterministic=not train)(h)
+        return h
+
+
+class Encoder(nn.Module):
+    config: Config
+
+    @nn.compact
+    def __call__(self, images: jax.Array, onehot: jax.Array, train: bool):
+        """images: float32[B, 784] in [0, 1]; onehot: float32[B, 10] -> mean, logvar [B, L]."""
+        cfg = self.config
+        act = ACTIVATION_FNS[cfg.activation]
+        h = images
+        if cfg.architecture == "conv":
+            h = h.reshape(-1, 28, 28, 1)
+            h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
+            h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
+            h = h.reshape(h.shape[0], -1)
+        h = jnp.concatenate([h, onehot], axis=-1)
+        for width in cfg.hidden_sizes:
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+        mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.latent_dim)(h), 2, axis=-1)
+        return mean, soft_clamp(raw_logvar, cfg.logvar_bound)
+
+
+class Decoder(nn.Module):
+    config: Config
+
+    @nn.compact
+    def __call__(self, z: jax.Array, onehot: jax.Array, train: bool) -> jax.Array:
+        """z: float32[B, L]; onehot: float32[B, 10] -> pixel logits float32[B, 784]."""
+        cfg = self.config
+        act = ACTIVATION_FNS[cfg.activation]
+        widths = tuple(reversed(cfg.hidden_sizes))
+        h = act(nn.Dense(widths[0])(z) + nn.Dense(widths[0], use_bias=False)(onehot))
+        for width in widths[1:]:
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+        if cfg.architecture == "conv":
+            h = act(nn.Dense(7 * 7 * 64)(h)).reshape(-1, 7, 7, 64)
+            h = act(nn.ConvTranspose(32, (3, 3), strides=(2, 2))(h))  # 14x14
+            h = nn.ConvTranspose(1, (3, 3), strides=(2, 2))(h)  # 28x28
+            return h.reshape(h.shape[0], IMAGE_PIXELS)
+        return nn.Dense(IMAGE_PIXELS)(h)
+
+
+class CVAE(nn.Module):
+    """Conditional VAE; `labels` are int32[B] digits 0-9."""
+
+    config: Config
+
+    def setup(self):
+        self.encoder = Encoder(self.config)
+        self.decoder = Decoder(self.config)
+
+    def encode(self, images: jax.Array, labels: jax.Array, train: bool = False):
+        return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train)
+
+    def decode(self, z: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
+        return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train)
+
+    def __call__(self, images: jax.Array, labels: jax.Array, z_key: jax.Array,
+                 train: bool = False):
+        """-> (pixel logits [B, 784], mean [B, L], logvar [B, L])."""
+        mean, logvar = self.encode(images, labels, train)
+        z = reparameterize(z_key, mean, logvar)
+        return self.decode(z, labels, train), mean, logvar
+
+
+def create_model(config: Config) -> CVAE:
+    return CVAE(config)
+
+
+def pixel_means(logits: jax.Array, likelihood: str) -> jax.Array:
+    """Decoder output -> expected pixel intensities in [0, 1] (both likelihoods use a sigmoid)."""
+    del likelihood  # the Gaussian mean is sigmoid-squashed too, so both read the same way
+    return jax.nn.sigmoid(logits)
+
+
+def init_variables(model: CVAE, key: jax.Array) -> dict:
+    """Parameters (and batch_stats when BatchNorm is on) for a batch of one."""
+    params_key, z_key, dropout_key = jax.random.split(key, 3)
+    images = jnp.zeros((1, IMAGE_PIXELS), jnp.float32)
+    labels = jnp.zeros((1,), jnp.int32)
+    return model.init({"params": params_key, "dropout": dropout_key}, images, labels, z_key)

@@ -1,0 +1,111 @@
+"""The one decode sampler, shared by `cvae sample`, the per-epoch grids and the service.
+
+A request is (digit or all digits, n, seed, temperature). Its latents depend only on those
+values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding always
+runs on fixed-size blocks of `block_rows` rows, padded, so the compiled program is the same
+whatever else is being decoded alongside: a seeded request gives the same pixels whether it was
+decoded alone or batched with others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cvae.config import Config
+from cvae.grid import make_grid, png_bytes
+from cvae.model import CVAE, create_model, pixel_means
+
+DIGITS = tuple(range(10))
+DEFAULT_BLOCK_ROWS = 64
+
+
+def create_decode_fn(model: CVAE, config: Config) -> Callable:
+    """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`."""
+
+    @jax.jit
+    def decode(variables, z, labels):
+        logits = model.apply(variables, z, labels, method=CVAE.decode)
+        return pixel_means(logits, config.likelihood).reshape(-1, 28, 28)
+
+    return decode
+
+
+def draw_latents(seed: int, digit: int, n: int, latent_dim: int, temperature: float) -> np.ndarray:
+    """z ~ N(0, temperature^2 I): float32[n, latent_dim], a function of its arguments only."""
+    key = jax.random.fold_in(jax.random.key(seed), digit)
+    z = jax.random.normal(key, (n, latent_dim), jnp.float32) * jnp.float32(temperature)
+    return np.asarray(z)
+
+
+def request_latents(seed: int, digits: tuple[int, ...], n: int, latent_dim: int,
+                    temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """Latents and labels for n samples of each digit, digit-major: (f32[D*n, L], i32[D*n])."""
+    z = np.concatenate([draw_latents(seed, d, n, latent_dim, temperature) for d in digits])
+    labels = np.repeat(np.asarray(digits, np.int32), n)
+    return z, labels
+
+
+@dataclasses.dataclass
+class Sampler:
+    """Decodes latents in fixed-size padded blocks; holds the weights of one checkpoint."""
+
+    config: Config
+    variables: dict
+    decode_fn: Callable
+    step: int = 0
+    block_rows: int = DEFAULT_BLOCK_ROWS
+
+    def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """f32[B, L], i32[B] -> f32[B, 28, 28], decoded `block_rows` rows at a time."""
+        outputs = []
+        for start in range(0, len(z), self.block_rows):
+            rows = z[start:start + self.block_rows]
+            pad = self.block_rows - len(rows)
+            z_block = np.pad(rows, ((0, pad), (0, 0)))
+            label_block = np.pad(labels[start:start + self.block_rows], (0, pad))
+            images = self.decode_fn(self.variables, z_block, label_block)
+            outputs.append(np.asarray(images)[:len(rows)])
+        return np.concatenate(outputs) if outputs else np.zeros((0, 28, 28), np.float32)
+
+    def warm_up(self) -> None:
+        """Compile the decode program before the first real request."""
+        self.decode(np.zeros((1, self.config.latent_dim), np.float32), np.zeros(1, np.int32))
+
+    def sample_images(self, digit: int | None, n: int, seed: int,
+                      temperature: float = 1.0) -> np.ndarray:
+        digits = DIGITS if digit is None else (digit,)
+        z, labels = request_latents(seed, digits, n, self.config.latent_dim, temperature)
+        return self.decode(z, labels)
+
+    def sample_png(self, digit: int | None, n: int, seed: int, temperature: float = 1.0,
+                   cols: int | None = None, scale: int = 1, pad: int = 2) -> bytes:
+        images = self.sample_images(digit, n, seed, temperature)
+        return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
+
+
+def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
+    """DESIGN.md: one digit -> ceil(sqrt(n)) columns; all digits -> one row per digit (cols = n)."""
+    if cols is not None:
+        return cols
+    return n if digit is None else int(np.ceil(np.sqrt(n)))
+
+
+def load_sampler(checkpoint_dir, step: int | None = None,
+                 block_rows: int = DEFAULT_BLOCK_ROWS) -> Sampler:
+    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them."""
+    from cvae.checkpoint import load_checkpoint  # checkpoint -> model; keeps this import light
+
+    checkpoint = load_checkpoint(checkpoint_dir, step)
+    model = create_model(checkpoint.config)
+    return create_sampler(model, checkpoint.config, checkpoint.state.eval_variables(),
+                          checkpoint.step, block_rows)
+
+
+def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
+                   block_rows: int = DEFAULT_BLOCK_ROWS) -> Sampler:
+    return Sampler(config, variables, create_decode_fn(model, config), step, block_rows)

@@ -1,0 +1,197 @@
+"""Train state and the jitted pieces of training: one step, a fused chunk of steps, evaluation.
+
+All randomness is derived from (seed, step): the step folds its own count into the run's key,
+and each epoch's data order is a permutation keyed by (seed, epoch). A resumed run therefore
+needs no RNG state beyond the step to see the same batches and the same noise.
+The dataset lives on the device; a chunk of `steps_per_call` steps runs inside one `lax.scan`,
+so the host only wakes up to log and checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training import train_state
+
+from cvae.config import Config
+from cvae.losses import kl_divergence, kl_per_dimension, reconstruction, vae_loss
+from cvae.model import CVAE, init_variables
+from cvae.optim import create_kl_weight_schedule
+
+Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
+Metrics = dict[str, jax.Array]
+
+# Streams folded into the run key, so each use of randomness is independent of the others.
+_PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM, _SAMPLE_STREAM = range(5)
+
+
+class TrainState(train_state.TrainState):
+    """Flax TrainState plus what a VAE run needs to resume and to sample."""
+
+    batch_stats: Any = flax.struct.field(default_factory=dict)
+    ema_params: Any = None
+    key: jax.Array = None  # the run key, raw uint32 data; every other key is folded from it
+
+    def eval_variables(self, use_ema: bool = True) -> dict:
+        """Variables for evaluation and sampling: EMA weights when kept."""
+        params = self.ema_params if (use_ema and self.ema_params is not None) else self.params
+        return {"params": params, **({"batch_stats": self.batch_stats} if self.batch_stats else {})}
+
+
+def run_key(seed: int) -> jax.Array:
+    return jax.random.key(seed)
+
+
+def stream_key(key: jax.Array, stream: int) -> jax.Array:
+    return jax.random.fold_in(key, stream)
+
+
+def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
+                       config: Config) -> TrainState:
+    variables = init_variables(model, stream_key(key, _PARAMS_STREAM))
+    params = variables["params"]
+    return TrainState.create(
+        apply_fn=model.apply, params=params, tx=optimizer,
+        batch_stats=variables.get("batch_stats", {}),
+        # Copies, not aliases: the state is donated to the step, its buffers must be its own.
+        ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
+        key=jnp.copy(jax.random.key_data(key)))
+
+
+def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
+                      config: Config) -> tuple[TrainState, Callable]:
+    """Initialise the state and build `train_step(state, batch, key) -> (state, metrics)`.
+
+    `key` passed to the step is the run key; the step folds in `state.step`, so the caller never
+    splits keys on the host. The returned step is jitted with the state donated.
+    """
+    state = create_train_state(key, model, optimizer, config)
+    kl_weight_at = create_kl_weight_schedule(config)
+    use_batch_norm = bool(state.batch_stats)
+
+    def train_step(state: TrainState, batch: Batch, key: jax.Array):
+        step_key = jax.random.fold_in(stream_key(key, _STEP_STREAM), state.step)
+        z_key, dropout_key, binarize_key = jax.random.split(step_key, 3)
+        images = maybe_binarize(binarize_key, batch["image"], config)
+        kl_weight = kl_weight_at(state.step)
+
+        def loss_fn(params):
+            variables = {"params": params}
+            if use_batch_norm:
+                variables["batch_stats"] = state.batch_stats
+            (logits, mean, logvar), updates = model.apply(
+                variables, images, batch["label"], z_key, train=True,
+                rngs={"dropout": dropout_key}, mutable=["batch_stats"] if use_batch_norm else [])
+            loss, terms = vae_loss(logits, images, mean, logvar, likelihood=config.likelihood,
+                                   kl_weight=kl_weight, free_bits=config.free_bits)
+            return loss, (terms, updates)
+
+        (_, (terms, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        new_state = state.apply_gradients(grads=grads)
+        if use_batch_norm:
+            new_state = new_state.replace(batch_stats=updates["batch_stats"])
+        if config.ema_decay > 0:
+            new_state = new_state.replace(ema_params=ema_update(
+                state.ema_params, new_state.params, config.ema_decay))
+        metrics = {**terms, "grad_norm": optax.global_norm(grads), "kl_weight": kl_weight}
+        return new_state, metrics
+
+    return state, jax.jit(train_step, donate_argnums=0)
+
+
+def ema_update(ema, params, decay: float):
+    return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
+
+
+def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
+    """Dynamic binarisation for the Bernoulli likelihood: x ~ Bernoulli(intensity), fresh per use."""
+    if config.likelihood == "bernoulli" and config.binarization == "dynamic":
+        return jax.random.bernoulli(key, images).astype(images.dtype)
+    return images
+
+
+def to_batch(images_u8: jax.Array, labels: jax.Array) -> Batch:
+    """uint8[B, 784] pixels -> the float batch the model reads."""
+    return {"image": images_u8.astype(jnp.float32) / 255.0, "label": labels.astype(jnp.int32)}
+
+
+def epoch_permutation(key: jax.Array, epoch: int, num_examples: int) -> jax.Array:
+    """The data order of one epoch; depends only on (run key, epoch)."""
+    return jax.random.permutation(jax.random.fold_in(stream_key(key, _DATA_STREAM), epoch),
+                                  num_examples)
+
+
+def create_train_chunk(train_step: Callable, batch_size: int) -> Callable:
+    """`train_chunk(state, images, labels, order, first, key, num_steps) -> (state, metrics)`.
+
+    Runs `num_steps` train steps in one device call; batch i of the chunk is
+    images[order[(first + i) * B : (first + i + 1) * B]]. Metrics come back stacked [num_steps].
+    """
+
+    @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
+    def train_chunk(state, images, labels, order, first, key, num_steps: int):
+        def body(state, i):
+            idx = jax.lax.dynamic_slice_in_dim(order, (first + i) * batch_size, batch_size)
+            return train_step(state, to_batch(images[idx], labels[idx]), key)
+
+        return jax.lax.scan(body, state, jnp.arange(num_steps))
+
+    return train_chunk
+
+
+def create_eval_step(model: CVAE, config: Config) -> Callable:
+    """`eval_step(variables, images_u8, labels, mask, key) -> per-batch sums of each term`.
+
+    Sums (not means) so batches of unequal size combine exactly; `mask` marks real rows of the
+    padded last batch. The KL is reported unweighted and the loss with the final KL weight.
+    """
+
+    @jax.jit
+    def eval_step(variables, images, labels, mask, key):
+        binarize_key, z_key = jax.random.split(key)
+        batch = to_batch(images, labels)
+        x = maybe_binarize(binarize_key, batch["image"], config)
+        logits, mean, logvar = model.apply(variables, x, batch["label"], z_key, train=False)
+        rec = reconstruction(logits, x, config.likelihood)
+        kl = kl_divergence(mean, logvar)
+        return {
+            "reconstruction": jnp.sum(rec * mask),
+            "kl": jnp.sum(kl * mask),
+            "loss": jnp.sum((rec + config.kl_weight * kl) * mask),
+            "kl_per_dim": jnp.sum(kl_per_dimension(mean, logvar) * mask[:, None], axis=0),
+            "count": jnp.sum(mask),
+        }
+
+    return eval_step
+
+
+def evaluate(eval_step: Callable, variables: dict, images: jax.Array, labels: jax.Array,
+             key: jax.Array, batch_size: int) -> dict[str, float]:
+    """Exact test-set averages: {reconstruction, kl, loss, neg_elbo, active_units}."""
+    n = images.shape[0]
+    eval_key = stream_key(key, _EVAL_STREAM)
+    totals = None
+    for i, start in enumerate(range(0, n, batch_size)):
+        stop = min(start + batch_size, n)
+        pad = batch_size - (stop - start)
+        rows = jnp.pad(images[start:stop], ((0, pad), (0, 0)))
+        row_labels = jnp.pad(labels[start:stop], (0, pad))
+        mask = (jnp.arange(batch_size) < stop - start).astype(jnp.float32)
+        sums = eval_step(variables, rows, row_labels, mask, jax.random.fold_in(eval_key, i))
+        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = jax.device_get(totals)
+    count = float(totals["count"])
+    result = {name: float(totals[name]) / count for name in ("reconstruction", "kl", "loss")}
+    result["neg_elbo"] = result["reconstruction"] + result["kl"]
+    result["active_units"] = int(np.sum(totals["kl_per_dim"] / count > 0.01))
+    return result
+
+
+def sample_key(key: jax.Array) -> jax.Array:
+    return stream_key(key, _SAMPLE_STREAM)
