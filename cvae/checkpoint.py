@@ -50,6 +50,7 @@ def create_manager(directory: str | Path, keep: int = 3, read_only: bool = False
     options = ocp.CheckpointManagerOptions(
         preservation_policy=None if read_only else retention,
         best_fn=_best_metric, best_mode="min",
+        save_interval_steps=0 if read_only else 1,
         enable_async_checkpointing=False, read_only=read_only, create=not read_only)
     return ocp.CheckpointManager(directory, options=options, item_names=ITEMS)
 

@@ -225,6 +225,8 @@ def test() -> Config:
                   lr_schedule="constant", steps_per_call=4, eval_batch_size=64)
 
 
+test.__test__ = False  # a preset, not a pytest test, wherever it is imported
+
 PRESETS = {"default": default, "seed": seed, "test": test}
 
 

@@ -56,12 +56,15 @@ def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTra
                        config: Config) -> TrainState:
     variables = init_variables(model, stream_key(key, _PARAMS_STREAM))
     params = variables["params"]
-    return TrainState.create(
+    state = TrainState.create(
         apply_fn=model.apply, params=params, tx=optimizer,
         batch_stats=variables.get("batch_stats", {}),
         # Copies, not aliases: the state is donated to the step, its buffers must be its own.
         ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
         key=jnp.copy(jax.random.key_data(key)))
+    # A concrete int32 step (not Python's weakly typed 0), so the first call of the jitted step
+    # and every later one share a single compiled program.
+    return state.replace(step=jnp.zeros((), jnp.int32))
 
 
 def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
@@ -99,7 +102,7 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
         if config.ema_decay > 0:
             new_state = new_state.replace(ema_params=ema_update(
                 state.ema_params, new_state.params, config.ema_decay))
-        metrics = {**terms, "grad_norm": optax.global_norm(grads), "kl_weight": kl_weight}
+        metrics = {**terms, "grad_norm": optax.tree.norm(grads), "kl_weight": kl_weight}
         return new_state, metrics
 
     return state, jax.jit(train_step, donate_argnums=0)

@@ -1,0 +1,43 @@
+# Every target sets itself up first: `make train` or `make test` on a fresh clone just works.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA_DIR ?= data
+CHECKPOINT_DIR ?= checkpoints
+ARGS ?=
+
+.PHONY: setup data train test serve sample eval bench soak clean
+
+setup: $(STAMP)
+
+# Reinstall only when pyproject.toml changes: a second `make setup` installs nothing.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+data: setup
+	$(BIN)/cvae data --data-dir $(DATA_DIR)
+
+train: data
+	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+serve: setup
+	$(BIN)/cvae serve --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
+
+sample: setup
+	$(BIN)/cvae sample --checkpoint-dir $(CHECKPOINT_DIR) --out $(CHECKPOINT_DIR)/sample.png $(ARGS)
+
+eval: data
+	$(BIN)/cvae eval --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --json $(CHECKPOINT_DIR)/eval.json $(ARGS)
+
+bench: data
+	$(BIN)/python -m bench.run $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

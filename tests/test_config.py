@@ -1,0 +1,53 @@
+import pytest
+
+from cvae.config import Config, ConfigError, default, get_preset, seed
+
+
+def test_json_round_trip_is_exact():
+    config = default().replace(hidden_sizes=(64, 32), kl_weight=0.25, batch_norm=True)
+    assert Config.from_json(config.to_json()) == config
+
+
+def test_missing_newer_keys_take_defaults():
+    values = default().to_dict()
+    del values["ema_decay"], values["free_bits"]
+    assert Config.from_dict(values) == default()
+
+
+def test_unknown_keys_are_rejected_by_name():
+    with pytest.raises(ConfigError, match="learnin_rate"):
+        Config.from_dict({"learnin_rate": 0.1})
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("likelihood", "poisson", "likelihood='poisson': allowed bernoulli, gaussian"),
+    ("batch_size", 0, "batch_size=0: must be >= 1"),
+    ("learning_rate", -1.0, "learning_rate=-1.0"),
+    ("ema_decay", 1.0, "ema_decay=1.0: must be in [0, 1)"),
+    ("optimizer", "lbfgs", "optimizer='lbfgs'"),
+])
+def test_validation_names_the_field_and_range(field, value, fragment):
+    with pytest.raises(ConfigError) as error:
+        default().replace(**{field: value}).validate()
+    assert fragment in str(error.value)
+
+
+def test_seed_preset_is_the_seed_document_setup():
+    config = seed()
+    assert config.hidden_sizes == (256, 128, 64)
+    assert config.latent_dim == 32
+    assert config.likelihood == "gaussian"
+    assert config.kl_weight == 0.5
+    assert (config.optimizer, config.learning_rate, config.lr_schedule) == ("adamw", 1e-4,
+                                                                             "constant")
+    assert config.batch_size == 16
+
+
+def test_unknown_preset_lists_the_allowed_ones():
+    with pytest.raises(ConfigError, match="allowed default, seed, test"):
+        get_preset("huge")
+
+
+def test_command_line_strings_are_coerced():
+    config = Config.from_dict({"hidden_sizes": "64,32", "batch_norm": "true", "epochs": "3"})
+    assert config.hidden_sizes == (64, 32) and config.batch_norm is True and config.epochs == 3

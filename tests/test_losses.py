@@ -1,0 +1,61 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from cvae.losses import kl_divergence, kl_penalty, reconstruction, vae_loss
+
+
+def test_kl_matches_closed_form_for_one_gaussian():
+    mean = jnp.array([[0.5, -1.0]])
+    logvar = jnp.log(jnp.array([[0.25, 4.0]]))
+    var = np.array([0.25, 4.0])
+    expected = 0.5 * np.sum(var + np.array([0.5, -1.0]) ** 2 - 1 - np.log(var))
+    assert float(kl_divergence(mean, logvar)[0]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_kl_of_standard_normal_is_zero():
+    assert float(kl_divergence(jnp.zeros((1, 8)), jnp.zeros((1, 8)))[0]) == 0.0
+
+
+def test_kl_matches_a_monte_carlo_estimate():
+    mean, logvar = jnp.array([[1.0]]), jnp.array([[-0.5]])
+    z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(jax.random.key(0), (200000, 1))
+    log_q = jax.scipy.stats.norm.logpdf(z, mean, jnp.exp(0.5 * logvar))
+    log_p = jax.scipy.stats.norm.logpdf(z)
+    assert float(jnp.mean(log_q - log_p)) == pytest.approx(
+        float(kl_divergence(mean, logvar)[0]), abs=0.01)
+
+
+def test_bernoulli_reconstruction_is_binary_cross_entropy_summed_over_pixels():
+    logits = jnp.array([[0.0, 2.0]])
+    targets = jnp.array([[1.0, 0.0]])
+    expected = np.log(2.0) + np.log1p(np.exp(2.0))
+    assert float(reconstruction(logits, targets, "bernoulli")[0]) == pytest.approx(expected, 1e-6)
+
+
+def test_gaussian_reconstruction_is_summed_half_squared_error_of_sigmoid_means():
+    logits = jnp.array([[0.0, 0.0]])
+    targets = jnp.array([[1.0, 0.0]])
+    assert float(reconstruction(logits, targets, "gaussian")[0]) == pytest.approx(
+        0.5 * 0.25 + 0.5 * 0.25)
+
+
+def test_unknown_likelihood_is_rejected_by_name():
+    with pytest.raises(ValueError, match="likelihood"):
+        reconstruction(jnp.zeros((1, 2)), jnp.zeros((1, 2)), "poisson")
+
+
+def test_loss_is_reconstruction_plus_weighted_kl():
+    logits = jnp.zeros((4, 784))
+    targets = jnp.ones((4, 784)) * 0.5
+    mean, logvar = jnp.ones((4, 3)), jnp.zeros((4, 3))
+    loss, terms = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli", kl_weight=0.5)
+    assert float(loss) == pytest.approx(float(terms["reconstruction"] + 0.5 * terms["kl"]))
+
+
+def test_free_bits_floor_each_dimension():
+    mean = jnp.array([[0.1, 3.0]])  # KLs 0.005 and 4.5
+    logvar = jnp.zeros((1, 2))
+    assert float(kl_penalty(mean, logvar, free_bits=1.0)) == pytest.approx(1.0 + 4.5)
+    assert float(kl_penalty(mean, logvar, free_bits=0.0)) == pytest.approx(0.005 + 4.5)
