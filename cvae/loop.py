@@ -11,7 +11,9 @@ SIGINT/SIGTERM finish the current chunk, then the callbacks save and the loop re
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
+import time
 from pathlib import Path
 
 import jax
@@ -25,6 +27,8 @@ from cvae.model import create_model
 from cvae.optim import create_optimizer
 from cvae.train import (create_eval_step, create_train_chunk, create_train_step, epoch_permutation,
                         evaluate, run_key)
+
+log = logging.getLogger(__name__)
 
 
 class ResumeError(RuntimeError):
@@ -69,6 +73,22 @@ def resume_state(checkpoint_dir: Path, state, config: Config):
         manager.close()
 
 
+def set_aside_previous_run(checkpoint_dir: Path) -> Path | None:
+    """`--fresh` keeps the old run: its steps, logs and grids move to `replaced-<time>/`."""
+    if not checkpoint_dir.is_dir():
+        return None
+    previous = [p for p in checkpoint_dir.iterdir()
+                if p.name.isdigit() or p.name in ("metrics.jsonl", "samples", "samples_latest.png")]
+    if not previous:
+        return None
+    archive = checkpoint_dir / time.strftime("replaced-%Y%m%d-%H%M%S")
+    archive.mkdir()
+    for path in previous:
+        path.rename(archive / path.name)
+    log.warning("--fresh: moved the previous run in %s to %s", checkpoint_dir, archive)
+    return archive
+
+
 def initialise_from(state, source_dir: str | Path):
     """Copy parameters (and BatchNorm statistics) from another run, e.g. to fine-tune a part."""
     source = load_checkpoint(source_dir)
@@ -111,7 +131,9 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     state, train_step = create_train_step(key, model, optimizer, config)
     if init_from is not None:
         state = initialise_from(state, init_from)
-    if not fresh:
+    if fresh:
+        set_aside_previous_run(checkpoint_dir)
+    else:
         state = resume_state(checkpoint_dir, state, config)
 
     train_chunk = create_train_chunk(train_step, config.batch_size)

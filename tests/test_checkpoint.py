@@ -1,0 +1,103 @@
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from cvae import config as config_lib
+from cvae.callbacks import Checkpointer
+from cvae.checkpoint import (CheckpointError, create_manager, load_checkpoint, restore_state,
+                             save_checkpoint)
+from cvae.loop import ResumeError, train_and_evaluate
+from cvae.model import create_model
+from cvae.optim import create_optimizer
+from cvae.train import create_train_state, run_key
+from synthetic import synthetic_dataset
+
+
+def tree_equal(a, b) -> bool:
+    return all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))
+
+
+def make_state(config):
+    optimizer, _ = create_optimizer(config, 100)
+    return create_train_state(run_key(config.seed), create_model(config), optimizer, config)
+
+
+def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
+    config = config_lib.test().replace(ema_decay=0.9)
+    state = make_state(config)
+    state = state.replace(params=jax.tree.map(lambda p: p + 0.5, state.params), step=state.step + 7)
+    manager = create_manager(tmp_path)
+    save_checkpoint(manager, state, config, {"loss": 1.5})
+    manager.close()
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.step == 7 and checkpoint.config == config
+    assert checkpoint.metrics == {"loss": 1.5}
+    for name in ("params", "opt_state", "ema_params", "step", "key"):
+        assert tree_equal(jax.device_get(getattr(state, name)),
+                          jax.device_get(getattr(checkpoint.state, name))), name
+
+
+def test_keeps_latest_three_and_the_best(tmp_path):
+    config = config_lib.test()
+    state = make_state(config)
+    manager = create_manager(tmp_path, keep=3)
+    losses = {1: 5.0, 2: 1.0, 3: 4.0, 4: 3.0, 5: 6.0, 6: 7.0}
+    for step, loss in losses.items():
+        save_checkpoint(manager, state.replace(step=step), config, {"loss": loss})
+    assert manager.all_steps() == [2, 4, 5, 6]
+    assert manager.best_step() == 2 and manager.latest_step() == 6
+    manager.close()
+
+
+def test_restore_into_a_concrete_template(tmp_path):
+    config = config_lib.test()
+    state = make_state(config)
+    manager = create_manager(tmp_path)
+    save_checkpoint(manager, state, config, None)
+    restored, metrics = restore_state(manager, 0, state)
+    assert tree_equal(jax.device_get(state.params), jax.device_get(restored.params))
+    assert metrics == {}
+    manager.close()
+
+
+def test_missing_and_empty_dirs_say_where_and_what_to_run(tmp_path):
+    with pytest.raises(CheckpointError, match="run `make train`"):
+        load_checkpoint(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="no checkpoint in .*empty.*make train"):
+        load_checkpoint(tmp_path / "empty")
+
+
+def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
+    config = config_lib.test().replace(epochs=2)
+    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4, 8]
+    for item in (tmp_path / "8" / "state").rglob("*"):
+        if item.is_file():
+            item.write_bytes(b"garbage")
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.step == 4
+    assert "skipping checkpoint step 8" in caplog.text
+
+
+def test_resume_with_a_different_model_names_the_fields(tmp_path):
+    config = config_lib.test()
+    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    with pytest.raises(ResumeError, match="latent_dim: checkpoint 4 vs requested 8.*--fresh"):
+        train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(64), tmp_path,
+                           [Checkpointer()])
+    run = train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(64),
+                             tmp_path, [Checkpointer()], fresh=True)
+    assert run.step == 4
+    assert load_checkpoint(tmp_path).config.latent_dim == 8
+
+
+def test_resume_continues_the_step_count(tmp_path):
+    config = config_lib.test()
+    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    run = train_and_evaluate(config.replace(epochs=3), synthetic_dataset(64), tmp_path,
+                             [Checkpointer()])
+    assert run.step == 12
+    assert load_checkpoint(tmp_path).step == 12
