@@ -1,0 +1,1 @@
+"""The FastAPI sampling service (see service/app.py and DESIGN.md, "HTTP service")."""

@@ -1,0 +1,294 @@
+"""The HTTP contract of service/app.py (DESIGN.md, "HTTP service"), through TestClient."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from cvae.grid import grid_shape
+from service.app import create_app
+from service.batching import Batcher, Job, QueueFull
+
+
+@pytest.fixture(scope="module")
+def client(trained_run):
+    with TestClient(create_app(trained_run.directory)) as client:
+        yield client
+
+
+def png_size(content: bytes) -> tuple[tuple[int, int], str]:
+    with Image.open(io.BytesIO(content)) as image:
+        return image.size, image.mode
+
+
+def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()):
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+# ---- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query, name, allowed", [
+    ("digit=10", "digit", "0..9"),
+    ("digit=-1", "digit", "0..9"),
+    ("digit=seven", "digit", "0..9"),
+    ("digit=3.5", "digit", "0..9"),
+    ("n=0", "n", "1..1024"),
+    ("n=100000", "n", "1..1024"),
+    ("n=many", "n", "1..1024"),
+    ("cols=0", "cols", "1..1024"),
+    ("cols=1025", "cols", "1..1024"),
+    ("seed=-1", "seed", f"0..{2**63 - 1}"),
+    ("seed=9223372036854775808", "seed", f"0..{2**63 - 1}"),
+    ("seed=x", "seed", f"0..{2**63 - 1}"),
+    ("temperature=-1", "temperature", "0 < temperature <= 2"),
+    ("temperature=0", "temperature", "0 < temperature <= 2"),
+    ("temperature=2.5", "temperature", "0 < temperature <= 2"),
+    ("temperature=nan", "temperature", "0 < temperature <= 2"),
+    ("temperature=hot", "temperature", "0 < temperature <= 2"),
+    ("scale=0", "scale", "1..8"),
+    ("scale=50", "scale", "1..8"),
+    ("pad=-1", "pad", "0..8"),
+    ("pad=9", "pad", "0..8"),
+])
+def test_bad_parameter_is_422_naming_it_and_its_range(client, query, name, allowed):
+    response = client.get(f"/sample?digit=7&{query}")
+    assert response.status_code == 422
+    body = response.json()
+    value = query.split("=", 1)[1]
+    assert body["message"].startswith(f"{name}: must be ")
+    assert allowed in body["message"] and repr(value) in body["message"]
+    assert body["detail"][0]["loc"] == ["query", name]
+
+
+def test_several_bad_parameters_are_all_named(client):
+    message = client.get("/sample?digit=seven&n=0&scale=50").json()["message"]
+    assert [part.split(":")[0] for part in message.split("; ")] == ["digit", "n", "scale"]
+
+
+def test_grid_too_large_for_memory_is_422(client):
+    response = client.get("/sample?n=1024&scale=8")  # ten rows of 1024 tiles of 224 px
+    assert response.status_code == 422
+    assert "MP" in response.json()["message"] and "lower n, scale or pad" in response.json()[
+        "message"]
+
+
+# ---- the picture ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query, images, cols, scale, pad", [
+    ("digit=7", 16, 4, 1, 2),
+    ("digit=0&n=17", 17, 5, 1, 2),
+    ("digit=7&n=5&cols=2&scale=2&pad=0", 5, 2, 2, 0),
+    ("digit=3&n=1&scale=8&pad=8", 1, 1, 8, 8),
+    ("n=3", 30, 3, 1, 2),  # digit omitted: one row per digit, cols = n
+    ("n=4&cols=8&pad=1", 40, 8, 1, 1),
+])
+def test_png_geometry_follows_make_grid_layout(client, query, images, cols, scale, pad):
+    response = client.get(f"/sample?seed=1&{query}")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/png"
+    height, width = grid_shape(images, cols, scale, pad)
+    rows = -(-images // cols)
+    assert (width, height) == (cols * (28 * scale + pad) + pad, rows * (28 * scale + pad) + pad)
+    assert png_size(response.content) == ((width, height), "L")
+
+
+def test_same_seed_same_bytes_other_seed_differs(client, trained_run):
+    first = client.get("/sample?digit=7&n=9&seed=42&temperature=0.8")
+    second = client.get("/sample?digit=7&n=9&seed=42&temperature=0.8")
+    assert first.content == second.content
+    assert first.headers["x-seed"] == "42"
+    assert first.headers["x-checkpoint-step"] == str(max(trained_run.steps))
+    assert client.get("/sample?digit=7&n=9&seed=43&temperature=0.8").content != first.content
+    assert client.get("/sample?digit=6&n=9&seed=42&temperature=0.8").content != first.content
+
+
+def test_random_seed_is_reported_and_reproduces_the_picture(client):
+    drawn = client.get("/sample?digit=2&n=4")
+    seed = drawn.headers["x-seed"]
+    assert seed.isdigit()
+    assert client.get(f"/sample?digit=2&n=4&seed={seed}").content == drawn.content
+    assert client.get("/sample?digit=2&n=4").headers["x-seed"] != seed
+
+
+def test_concurrent_requests_give_the_bytes_of_requests_made_alone(client, trained_run):
+    queries = [f"/sample?digit={i % 10}&n={1 + i % 7}&seed={i}&temperature={0.5 + i % 3 / 2}"
+               for i in range(24)] + ["/sample?n=2&seed=5"]
+    alone = [client.get(query).content for query in queries]
+    # A long batching window so the concurrent requests really share decode calls.
+    with TestClient(create_app(trained_run.directory, max_wait_ms=200)) as batching:
+        with concurrent.futures.ThreadPoolExecutor(len(queries)) as pool:
+            together = list(pool.map(lambda query: batching.get(query).content, queries))
+        metrics = batching.get("/metrics").text
+    assert together == alone
+    values = dict(line.split() for line in metrics.splitlines()
+                  if line.startswith(("cvae_batch_requests_count", "cvae_batch_requests_sum")))
+    # Fewer decode calls than requests: some really were batched together.
+    assert float(values["cvae_batch_requests_count"]) < float(values["cvae_batch_requests_sum"])
+
+
+# ---- operations ----------------------------------------------------------------------------
+
+
+def test_health_ready_metrics_docs_and_page(client, trained_run):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["step"] == max(trained_run.steps)
+    assert ready["config"]["latent_dim"] == trained_run.config.latent_dim
+    assert ready["note"] is None
+    client.get("/sample?digit=1&n=2")
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    for expected in ('cvae_http_requests_total{route="/sample",status="200"}',
+                     "cvae_http_request_duration_seconds_bucket", "cvae_batch_rows_bucket",
+                     f"cvae_checkpoint_step {float(max(trained_run.steps))}"):
+        assert expected in metrics.text
+    assert client.get("/docs").status_code == 200
+    assert "/sample" in client.get("/openapi.json").json()["paths"]
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<img" in page.text and "http://" not in page.text and "https://" not in page.text
+
+
+def test_no_checkpoint_is_503_then_served_once_one_appears(tmp_path, trained_run):
+    directory = tmp_path / "checkpoints"  # does not exist yet
+    with TestClient(create_app(directory, poll_interval=0.1)) as client:
+        assert client.get("/healthz").status_code == 200
+        for path in ("/readyz", "/sample?digit=7"):
+            response = client.get(path)
+            assert response.status_code == 503
+            assert str(directory) in response.json()["detail"]
+            assert "run `make train`" in response.json()["detail"]
+        assert client.get("/sample").headers["retry-after"]
+        # Appear the way Orbax commits: complete under a temporary name, then renamed.
+        trained_run.copy_to(tmp_path / "staging", steps=(4,))
+        directory.mkdir()
+        (tmp_path / "staging" / "4").rename(directory / "4")
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+        response = client.get("/sample?digit=7")
+        assert response.status_code == 200 and response.headers["x-checkpoint-step"] == "4"
+
+
+def corrupt(step_dir):
+    for item in (step_dir / "state").rglob("*"):
+        if item.is_file():
+            item.write_bytes(b"garbage")
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_last_good(tmp_path, trained_run):
+    directory = trained_run.copy_to(tmp_path / "checkpoints")
+    corrupt(directory / "8")
+    with TestClient(create_app(directory)) as client:
+        ready = client.get("/readyz").json()
+        assert ready["step"] == 4
+        assert "step 8" in ready["note"] and "could not be read" in ready["note"]
+        assert client.get("/sample?digit=3").headers["x-checkpoint-step"] == "4"
+
+
+def test_newer_checkpoints_are_swapped_in_and_corrupt_ones_skipped(tmp_path, trained_run):
+    directory = trained_run.copy_to(tmp_path / "checkpoints", steps=(4,))
+    with TestClient(create_app(directory, poll_interval=0.1)) as client:
+        before = client.get("/sample?digit=5&seed=7")
+        assert before.headers["x-checkpoint-step"] == "4"
+        shutil.copytree(trained_run.directory / "8", tmp_path / "bad")
+        corrupt(tmp_path / "bad")
+        (tmp_path / "bad").rename(directory / "12")
+        wait_until(lambda: (client.get("/readyz").json()["note"] or "").count("step 12"))
+        assert client.get("/sample?digit=5&seed=7").content == before.content  # still step 4
+        shutil.copytree(trained_run.directory / "8", tmp_path / "good")
+        (tmp_path / "good").rename(directory / "16")
+        wait_until(lambda: client.get("/readyz").json()["step"] == 16)
+        after = client.get("/sample?digit=5&seed=7")
+        assert after.headers["x-checkpoint-step"] == "16" and after.content != before.content
+        shutil.rmtree(directory / "16")  # a step vanishing under the service: keep serving
+        time.sleep(0.3)
+        assert client.get("/sample?digit=5&seed=7").status_code == 200
+
+
+class BlockingDecoder:
+    """Wraps a sampler; `decode` waits for `release` so the queue fills deterministically."""
+
+    def __init__(self, sampler):
+        self.sampler, self.config = sampler, sampler.config
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def decode(self, z, labels):
+        self.entered.set()
+        assert self.release.wait(30)
+        return self.sampler.decode(z, labels)
+
+
+def test_full_queue_is_503_with_retry_after(trained_run):
+    with TestClient(create_app(trained_run.directory, queue_size=1, max_wait_ms=0,
+                               poll_interval=3600)) as client:
+        watcher = client.app.state.watcher
+        blocking = BlockingDecoder(watcher.current.sampler)
+        watcher.current = type(watcher.current)(blocking, 99, 0, 0.0)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            decoding = pool.submit(client.get, "/sample?digit=1&n=1")
+            assert blocking.entered.wait(30)
+            queued = pool.submit(client.get, "/sample?digit=2&n=1")
+            wait_until(lambda: client.app.state.batcher.depth == 1)
+            refused = client.get("/sample?digit=3&n=1")
+            blocking.release.set()
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "1" and "full" in refused.json()["detail"]
+            assert decoding.result().status_code == 200 and queued.result().status_code == 200
+        assert "cvae_rejected_requests_total 1.0" in client.get("/metrics").text
+
+
+# ---- the batcher on its own (no JAX) -------------------------------------------------------
+
+
+class FakeDecoder:
+    def __init__(self):
+        self.calls = []
+
+    def decode(self, z, labels):
+        self.calls.append(len(z))
+        return np.repeat(z[:, :1, None], 28, axis=1).repeat(28, axis=2)
+
+
+def job(decoder, rows, value):
+    return Job(decoder, rows, lambda: (np.full((rows, 2), value, np.float32),
+                                       np.zeros(rows, np.int32)))
+
+
+def test_batcher_groups_rows_by_model_and_returns_each_jobs_own_rows():
+    first, second = FakeDecoder(), FakeDecoder()
+    batcher = Batcher(max_rows=10, max_wait=0.2)
+    jobs = [job(first, 3, 1.0), job(second, 2, 2.0), job(first, 4, 3.0), job(first, 5, 4.0)]
+    futures = [batcher.submit(j) for j in jobs]  # queued before the worker starts
+    batcher.start()
+    results = [f.result(10) for f in futures]
+    batcher.stop()
+    for j, images in zip(jobs, results):
+        assert images.shape == (j.rows, 28, 28) and np.all(images == j.latents_fn()[0][0, 0])
+    assert first.calls == [7, 5] and second.calls == [2]  # 3+4 fit in 10 rows, 5 did not
+
+
+def test_batcher_decodes_an_oversized_job_alone_and_bounds_the_queue():
+    decoder = FakeDecoder()
+    batcher = Batcher(max_rows=4, max_wait=0, queue_size=2)
+    big = batcher.submit(job(decoder, 9, 1.0))
+    batcher.submit(job(decoder, 1, 1.0))
+    with pytest.raises(QueueFull):
+        batcher.submit(job(decoder, 1, 1.0))
+    batcher.start()
+    assert big.result(10).shape == (9, 28, 28)
+    batcher.stop()
+    assert decoder.calls[0] == 9
