@@ -25,6 +25,7 @@ from cvae.config import RESUMABLE_CHANGES, Config, ConfigError
 from cvae.data import Dataset
 from cvae.model import create_model
 from cvae.optim import create_optimizer
+from cvae.parallel import create_mesh, replicate
 from cvae.train import (create_eval_step, create_train_chunk, create_train_step, epoch_permutation,
                         evaluate, run_key)
 
@@ -119,27 +120,34 @@ def stop_on_signals(run: Run):
 
 def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path,
                        callbacks: list[Callback] = (), fresh: bool = False,
-                       init_from: str | Path | None = None) -> Run:
-    """Train `config` on `data`, evaluating and checkpointing each epoch. Returns the `Run`."""
+                       init_from: str | Path | None = None,
+                       devices: list[jax.Device] | None = None) -> Run:
+    """Train `config` on `data`, evaluating and checkpointing each epoch. Returns the `Run`.
+
+    Data-parallel over `devices` (default: all local devices).
+    """
     config.validate()
     checkpoint_dir = Path(checkpoint_dir)
+    mesh = create_mesh(devices)
     images, labels = training_arrays(data, config)
     steps_per_epoch, total_steps = planned_steps(config, images.shape[0])
     model = create_model(config)
-    optimizer, _ = create_optimizer(config, config.epochs * steps_per_epoch)
+    optimizer, learning_rate_fn = create_optimizer(config, config.epochs * steps_per_epoch)
     key = run_key(config.seed)
-    state, train_step = create_train_step(key, model, optimizer, config)
+    state, train_step = create_train_step(key, model, optimizer, config, learning_rate_fn, mesh)
     if init_from is not None:
         state = initialise_from(state, init_from)
     if fresh:
         set_aside_previous_run(checkpoint_dir)
     else:
         state = resume_state(checkpoint_dir, state, config)
+    state, images, labels = replicate((state, images, labels), mesh)
 
     train_chunk = create_train_chunk(train_step, config.batch_size)
     eval_step = create_eval_step(model, config)
-    test_images = jnp.asarray(data.test_images.reshape(-1, 28 * 28))
-    test_labels = jnp.asarray(data.test_labels, jnp.int32)
+    test_images, test_labels = replicate(
+        (jnp.asarray(data.test_images.reshape(-1, 28 * 28)), jnp.asarray(data.test_labels,
+                                                                        jnp.int32)), mesh)
 
     step = int(state.step)
     run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step)
@@ -148,7 +156,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
         events.emit("fit_start", run)
         while step < total_steps and not run.stopping:
             run.epoch, position = divmod(step, steps_per_epoch)
-            order = epoch_permutation(key, run.epoch, images.shape[0])
+            order = replicate(epoch_permutation(key, run.epoch, images.shape[0]), mesh)
             events.emit("epoch_start", run)
             while position < steps_per_epoch and step < total_steps and not run.stopping:
                 num_steps = min(config.steps_per_call - position % config.steps_per_call,

@@ -18,11 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.training import train_state
+from jax.sharding import Mesh
 
 from cvae.config import Config
 from cvae.losses import kl_divergence, kl_per_dimension, reconstruction, vae_loss
 from cvae.model import CVAE, init_variables
 from cvae.optim import create_kl_weight_schedule
+from cvae.parallel import check_divisible, replicate, shard_batch
 
 Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
 Metrics = dict[str, jax.Array]
@@ -68,17 +70,25 @@ def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTra
 
 
 def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
-                      config: Config) -> tuple[TrainState, Callable]:
+                      config: Config, learning_rate_fn: optax.Schedule | None = None,
+                      mesh: Mesh | None = None) -> tuple[TrainState, Callable]:
     """Initialise the state and build `train_step(state, batch, key) -> (state, metrics)`.
 
     `key` passed to the step is the run key; the step folds in `state.step`, so the caller never
-    splits keys on the host. The returned step is jitted with the state donated.
+    splits keys on the host. The returned step is jitted with the state donated. With a `mesh`,
+    the state is replicated over its devices and each batch is split across them.
+    `learning_rate_fn` (of the optimizer update count) only adds the rate to the metrics.
     """
     state = create_train_state(key, model, optimizer, config)
+    if mesh is not None:
+        check_divisible(config.batch_size, mesh)
+        state = replicate(state, mesh)
     kl_weight_at = create_kl_weight_schedule(config)
     use_batch_norm = bool(state.batch_stats)
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array):
+        if mesh is not None:
+            batch = shard_batch(batch, mesh)
         step_key = jax.random.fold_in(stream_key(key, _STEP_STREAM), state.step)
         z_key, dropout_key, binarize_key = jax.random.split(step_key, 3)
         images = maybe_binarize(binarize_key, batch["image"], config)
@@ -103,6 +113,8 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
             new_state = new_state.replace(ema_params=ema_update(
                 state.ema_params, new_state.params, config.ema_decay))
         metrics = {**terms, "grad_norm": optax.tree.norm(grads), "kl_weight": kl_weight}
+        if learning_rate_fn is not None:
+            metrics["learning_rate"] = learning_rate_fn(state.step // config.accumulation_steps)
         return new_state, metrics
 
     return state, jax.jit(train_step, donate_argnums=0)

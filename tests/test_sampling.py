@@ -1,6 +1,9 @@
+from io import BytesIO
+
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 from cvae import config as config_lib
 from cvae.grid import grid_shape
@@ -42,12 +45,9 @@ def test_same_seed_same_png_bytes_and_geometry(sampler):
     png_a = sampler.sample_png(7, 5, seed=3, scale=2, pad=1)
     assert png_a == sampler.sample_png(7, 5, seed=3, scale=2, pad=1)
     assert png_a != sampler.sample_png(7, 5, seed=4, scale=2, pad=1)
-    from io import BytesIO
-
-    from PIL import Image
-    image = Image.open(BytesIO(png_a))
     height, width = grid_shape(5, grid_columns(7, 5, None), scale=2, pad=1)
-    assert image.mode == "L" and image.size == (width, height) == (3 * 57 + 1, 2 * 57 + 1)
+    with Image.open(BytesIO(png_a)) as image:
+        assert image.mode == "L" and image.size == (width, height) == (3 * 57 + 1, 2 * 57 + 1)
 
 
 def test_grid_columns_follow_the_design():
