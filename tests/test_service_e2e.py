@@ -1,0 +1,99 @@
+"""End to end: a real `cvae serve` process on a free loopback port, a checkpoint swap under load."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from cvae.callbacks import Checkpointer
+from cvae.loop import train_and_evaluate
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def cvae_serve(checkpoint_dir: Path, log_path: Path, timeout: float = 120.0):
+    """Yields the base URL of a `cvae serve` subprocess once /readyz answers 200."""
+    port = free_port()
+    command = [sys.executable, "-m", "cvae.cli", "serve", "--checkpoint-dir", str(checkpoint_dir),
+               "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert process.poll() is None, f"server exited:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"not ready in {timeout} s:\n{log_path.read_text()}"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_real_server_serves_pngs_and_swaps_checkpoints_without_failing(tmp_path, trained_run):
+    checkpoint_dir = trained_run.copy_to(tmp_path / "checkpoints")
+    with cvae_serve(checkpoint_dir, tmp_path / "server.log") as url:
+        response = httpx.get(f"{url}/sample", params={"digit": 7}, timeout=30)
+        assert response.status_code == 200
+        with Image.open(io.BytesIO(response.content)) as image:
+            assert image.size == (4 * 30 + 2, 4 * 30 + 2) and image.mode == "L"
+        old_step = max(trained_run.steps)
+        assert response.headers["x-checkpoint-step"] == str(old_step)
+
+        results: list[tuple[int, str | None]] = []
+        stop = threading.Event()
+
+        def keep_requesting():
+            with httpx.Client(base_url=url, timeout=30) as client:
+                while not stop.is_set():
+                    try:
+                        reply = client.get("/sample", params={"digit": 7, "n": 4, "seed": 3})
+                        results.append((reply.status_code, reply.headers.get("x-checkpoint-step")))
+                    except httpx.TransportError as error:
+                        results.append((0, repr(error)))
+
+        client_thread = threading.Thread(target=keep_requesting)
+        client_thread.start()
+        try:
+            # Continue the same run for one more epoch: Orbax writes a newer step into the
+            # directory the server is reading.
+            run = train_and_evaluate(trained_run.config.replace(epochs=3), trained_run.data,
+                                     checkpoint_dir, [Checkpointer()])
+            new_step = str(run.step)
+            deadline = time.monotonic() + 60
+            while not any(step == new_step for _, step in results[-5:]):
+                assert time.monotonic() < deadline, f"never served step {new_step}: {results[-5:]}"
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            client_thread.join(60)
+    failures = [result for result in results if result[0] != 200]
+    assert not failures, failures[:5]
+    assert len(results) >= 10
+    steps = [int(step) for _, step in results]
+    assert steps == sorted(steps) and steps[0] == old_step and steps[-1] == int(new_step)
