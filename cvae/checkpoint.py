@@ -80,8 +80,11 @@ def abstract_state(config: Config, total_steps: int = 1):
 
     model = create_model(config)
     optimizer, _ = create_optimizer(config, total_steps)
-    return jax.eval_shape(
+    shapes = jax.eval_shape(
         lambda: create_train_state(jax.random.key(config.seed), model, optimizer, config))
+    # Readers restore onto one local device whatever device count wrote the checkpoint.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), shapes)
 
 
 def restore_state(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, dict]:

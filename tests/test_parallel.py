@@ -50,3 +50,10 @@ def test_four_device_training_matches_one_device(tmp_path):
         assert abs(single - parallel) <= 1e-3 * abs(single), (out["one"], out["four"])
     assert "'data': 4" in out["four_sharding"] and "spec=P()" in out["four_sharding"]
     assert out["restored_step"] == 8 and out["restored_devices"] == 1
+    # And in a process that has a single device.
+    single = subprocess.run(
+        [sys.executable, "-c", "import sys; from cvae.checkpoint import load_checkpoint; "
+         "print(load_checkpoint(sys.argv[1]).step)", str(tmp_path / "four")],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=120)
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert single.stdout.strip() == "8"
