@@ -38,8 +38,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cvae.checkpoint import CheckpointError
 from cvae.grid import grid_shape, make_grid, png_bytes
-from cvae.sampling import (DEFAULT_BLOCK_ROWS, DIGITS, Sampler, grid_columns, load_sampler,
-                           request_latents)
+from cvae.sampling import (DEFAULT_BLOCK_ROWS, DIGITS, LatentRequest, Sampler, batch_latents,
+                           grid_columns, load_sampler)
 from service.batching import Batcher, Job, QueueFull, Stopped
 from service.metrics import Metrics, MetricsMiddleware
 
@@ -120,10 +120,13 @@ def _mtime_ns(path: Path) -> int | None:
 
 
 def warm_up(sampler: Sampler) -> None:
-    """Compile the decode block and draw/encode once, so the first request pays nothing."""
+    """Compile the decode block, and the latent draws of the common batch sizes (n <= 16 with
+    up to 64 (seed, digit) pairs), so requests do not pay for compilation."""
     sampler.warm_up()
-    for digits in ((7,), DIGITS):
-        z, labels = request_latents(0, digits, 16, sampler.config.latent_dim, 1.0)
+    for pairs in (1, 10, 20, 40):
+        digits = (7,) if pairs == 1 else DIGITS
+        requests = [LatentRequest(0, digits, 16, 1.0)] * max(1, pairs // len(digits))
+        (z, labels), *_ = batch_latents(requests, sampler.config.latent_dim)
         png_bytes(make_grid(sampler.decode(z, labels), 4))
 
 
@@ -327,9 +330,7 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0, max_ba
         if (refusal := too_large(params, rows, cols)) is not None:
             return refusal
         seed = secrets.randbelow(RANDOM_SEED_LIMIT) if params.seed is None else params.seed
-        job = Job(loaded.sampler, rows,
-                  functools.partial(request_latents, seed, digits, params.n,
-                                    loaded.sampler.config.latent_dim, params.temperature),
+        job = Job(loaded.sampler, LatentRequest(seed, digits, params.n, params.temperature),
                   finish=functools.partial(encode_png, cols=cols, scale=params.scale,
                                            pad=params.pad))
         try:

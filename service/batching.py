@@ -4,13 +4,15 @@ Synopsis:
 
     batcher = Batcher(max_rows=1024, max_wait=0.002, queue_size=256)
     batcher.start()
-    future = batcher.submit(Job(sampler, rows, latents_fn, finish=lambda images: png(images)))
+    request = LatentRequest(seed=1, digits=(7,), n=16, temperature=1.0)
+    future = batcher.submit(Job(sampler, request, finish=lambda images: png(images)))
     png = await asyncio.wrap_future(future)   # never blocks the event loop
     batcher.stop()
 
-A request becomes a `Job`: a function giving its latent rows (z f32[R, L], labels i32[R],
-computed from the request alone, so its pixels do not depend on who shares the batch; run on
-the worker thread because drawing them is JAX work), the model that must decode them (requests
+A request becomes a `Job`: its `LatentRequest` (seed, digits, n, temperature; its latent rows
+z f32[R, L] and labels i32[R] are a function of these alone, so its pixels do not depend on who
+shares the batch; the worker draws the rows of a whole batch in one call with
+`cvae.sampling.batch_latents`, bit-identical to `request_latents`), the model that must decode them (requests
 keep the weights they started with across a checkpoint swap) and a `finish` function (grid +
 PNG) run on a small encoder pool. One worker thread takes the oldest job, waits
 at most `max_wait` seconds after that job arrived for more (under load the queue is already full
@@ -32,6 +34,8 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from cvae.sampling import LatentRequest, batch_latents
+
 log = logging.getLogger(__name__)
 
 
@@ -51,13 +55,16 @@ class Decoder(Protocol):
 class Job:
     """One request's rows. `decoder` is usually a `cvae.sampling.Sampler` (one checkpoint)."""
 
-    decoder: Decoder
-    rows: int  # R, known before the latents are drawn (admission control counts rows)
-    latents_fn: Callable[[], tuple[np.ndarray, np.ndarray]]  # () -> (f32[R, L], i32[R])
+    decoder: Decoder  # has .config.latent_dim and .decode(z, labels)
+    request: LatentRequest
     finish: Callable[[np.ndarray], Any] = lambda images: images  # f32[R, 28, 28] -> result
     future: concurrent.futures.Future = dataclasses.field(
         default_factory=concurrent.futures.Future)
     arrived: float = dataclasses.field(default_factory=time.monotonic)
+
+    @property
+    def rows(self) -> int:
+        return len(self.request.digits) * self.request.n
 
 
 BatchHook = Callable[[int, int], None]  # (jobs, rows) of each decode call, for metrics
@@ -68,12 +75,13 @@ class Batcher:
 
     def __init__(self, max_rows: int = 1024, max_wait: float = 0.002, queue_size: int = 256,
                  max_inflight_rows: int = 4 * 10240, encoder_threads: int = 2,
-                 on_batch: BatchHook | None = None):
+                 on_batch: BatchHook | None = None,
+                 latents_fn: Callable[[list[LatentRequest], int], list] = batch_latents):
         if max_rows < 1 or queue_size < 1 or max_wait < 0:
             raise ValueError("max_rows and queue_size must be >= 1 and max_wait >= 0")
         self.max_rows, self.max_wait, self.queue_size = max_rows, max_wait, queue_size
         self.max_inflight_rows = max_inflight_rows
-        self.on_batch = on_batch
+        self.on_batch, self.latents_fn = on_batch, latents_fn
         self._queue: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._inflight_rows = 0
@@ -158,7 +166,8 @@ class Batcher:
 
     def _decode(self, jobs: list[Job]) -> None:
         try:
-            latents = [job.latents_fn() for job in jobs]
+            latents = self.latents_fn([job.request for job in jobs],
+                                      jobs[0].decoder.config.latent_dim)
             z = np.concatenate([z for z, _ in latents])
             labels = np.concatenate([labels for _, labels in latents])
             images = jobs[0].decoder.decode(z, labels)

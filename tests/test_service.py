@@ -7,6 +7,7 @@ import io
 import shutil
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from cvae.grid import grid_shape
+from cvae.sampling import LatentRequest, batch_latents, request_latents
 from service.app import create_app
 from service.batching import Batcher, Job, QueueFull
 
@@ -255,6 +257,8 @@ def test_full_queue_is_503_with_retry_after(trained_run):
 
 
 class FakeDecoder:
+    config = SimpleNamespace(latent_dim=2)
+
     def __init__(self):
         self.calls = []
 
@@ -263,27 +267,32 @@ class FakeDecoder:
         return np.repeat(z[:, :1, None], 28, axis=1).repeat(28, axis=2)
 
 
+def fake_latents(requests, latent_dim):
+    """Rows filled with the request's temperature, so each job's rows are recognisable."""
+    return [(np.full((r.n, latent_dim), r.temperature, np.float32), np.zeros(r.n, np.int32))
+            for r in requests]
+
+
 def job(decoder, rows, value):
-    return Job(decoder, rows, lambda: (np.full((rows, 2), value, np.float32),
-                                       np.zeros(rows, np.int32)))
+    return Job(decoder, LatentRequest(0, (0,), rows, value))
 
 
 def test_batcher_groups_rows_by_model_and_returns_each_jobs_own_rows():
     first, second = FakeDecoder(), FakeDecoder()
-    batcher = Batcher(max_rows=10, max_wait=0.2)
+    batcher = Batcher(max_rows=10, max_wait=0.2, latents_fn=fake_latents)
     jobs = [job(first, 3, 1.0), job(second, 2, 2.0), job(first, 4, 3.0), job(first, 5, 4.0)]
     futures = [batcher.submit(j) for j in jobs]  # queued before the worker starts
     batcher.start()
     results = [f.result(10) for f in futures]
     batcher.stop()
     for j, images in zip(jobs, results):
-        assert images.shape == (j.rows, 28, 28) and np.all(images == j.latents_fn()[0][0, 0])
+        assert images.shape == (j.rows, 28, 28) and np.all(images == j.request.temperature)
     assert first.calls == [7, 5] and second.calls == [2]  # 3+4 fit in 10 rows, 5 did not
 
 
 def test_batcher_decodes_an_oversized_job_alone_and_bounds_the_queue():
     decoder = FakeDecoder()
-    batcher = Batcher(max_rows=4, max_wait=0, queue_size=2)
+    batcher = Batcher(max_rows=4, max_wait=0, queue_size=2, latents_fn=fake_latents)
     big = batcher.submit(job(decoder, 9, 1.0))
     batcher.submit(job(decoder, 1, 1.0))
     with pytest.raises(QueueFull):
@@ -292,3 +301,15 @@ def test_batcher_decodes_an_oversized_job_alone_and_bounds_the_queue():
     assert big.result(10).shape == (9, 28, 28)
     batcher.stop()
     assert decoder.calls[0] == 9
+
+
+def test_batch_latents_equal_request_latents_bit_for_bit():
+    seeds = (0, 2**31, 2**32 + 7, 2**63 - 1)
+    requests = [LatentRequest(seed, digits, n, temperature)
+                for seed, temperature in zip(seeds, (1.0, 0.3, 1.7, 0.05))
+                for digits in ((7,), tuple(range(10)))
+                for n in (1, 17)]
+    for request, (z, labels) in zip(requests, batch_latents(requests, 4)):
+        expected_z, expected_labels = request_latents(*request[:3], 4, request.temperature)
+        assert z.dtype == expected_z.dtype and np.array_equal(z, expected_z), request
+        assert np.array_equal(labels, expected_labels)
