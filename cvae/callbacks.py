@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
 from cvae.checkpoint import create_manager, save_checkpoint
@@ -215,6 +216,81 @@ class SampleGrid(Callback):
         grid = make_grid(images, cols=self.n, pad=2, scale=1)
         save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
         save_png(grid, Path(run.checkpoint_dir) / "samples_latest.png")
+
+
+class TensorBoard(Callback):
+    """TensorBoard event files (tensorboardX: no TensorFlow) under `<checkpoint dir>/tensorboard`.
+
+    Per chunk: the step metrics at the chunk's last step (loss terms, learning rate, gradient
+    norm, KL weight); per epoch: the test metrics.
+    """
+
+    def __init__(self, subdir: str = "tensorboard"):
+        self.subdir = subdir
+        self.writer = None
+
+    def on_fit_start(self, run):
+        from tensorboardX import SummaryWriter  # imported here: only runs that log need it
+
+        self.writer = SummaryWriter(str(Path(run.checkpoint_dir) / self.subdir))
+
+    def on_step_end(self, run, metrics):
+        for name, values in metrics.items():
+            self.writer.add_scalar(f"train/{name}", float(np.asarray(values)[-1]), run.step)
+
+    def on_eval_end(self, run, metrics):
+        for name, value in metrics.items():
+            self.writer.add_scalar(f"test/{name}", float(value), run.step)
+
+    def on_fit_end(self, run):
+        if self.writer is not None:
+            self.writer.close()
+
+
+class LossCurve(Callback):
+    """At the end of training, draws train and test loss per epoch from `metrics.jsonl`."""
+
+    def on_fit_end(self, run):
+        path = Path(run.checkpoint_dir) / "metrics.jsonl"
+        if not path.exists():
+            return
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        series = {"train": [r.get("train_loss") for r in records],
+                  "test": [r.get("test_loss") for r in records]}
+        save_png(plot_curves(series), Path(run.checkpoint_dir) / "loss_curve.png")
+
+
+def plot_curves(series: dict[str, list], width: int = 480, height: int = 320) -> np.ndarray:
+    """A minimal line plot (grayscale uint8[H, W]): train solid white, test gray, y auto-range."""
+    image = Image.new("L", (width, height), 0)
+    draw = ImageDraw.Draw(image)
+    margin = 40
+    values = [v for line in series.values() for v in line if v is not None and math.isfinite(v)]
+    if values:
+        low, high = min(values), max(values)
+        span = (high - low) or 1.0
+        count = max(len(line) for line in series.values())
+        for shade, line in zip((255, 140), series.values()):
+            points = [(margin + (width - 2 * margin) * i / max(count - 1, 1),
+                       height - margin - (height - 2 * margin) * (v - low) / span)
+                      for i, v in enumerate(line) if v is not None and math.isfinite(v)]
+            if len(points) > 1:
+                draw.line(points, fill=shade, width=2)
+        draw.text((4, 4), f"loss {high:.1f}", fill=200)
+        draw.text((4, height - margin + 4), f"{low:.1f}", fill=200)
+        draw.text((width - 150, 4), "train (white) test (gray)", fill=200)
+    draw.rectangle([margin, margin, width - margin, height - margin], outline=90)
+    return np.asarray(image)
+
+
+def default_callbacks(config, progress: bool = True) -> list[Callback]:
+    """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step."""
+    callbacks = [NanGuard(), ProgressBar(disable=None if progress else True), MetricsLogger(),
+                 TensorBoard(), Checkpointer(config.keep_checkpoints), SampleGrid(), LossCurve()]
+    if config.early_stopping_patience:
+        callbacks.insert(1, EarlyStopping(config.early_stopping_patience,
+                                          config.early_stopping_min_delta))
+    return callbacks
 
 
 def append_jsonl(path: Path, record: dict) -> None:

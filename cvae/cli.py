@@ -90,7 +90,24 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="test-set metrics of a checkpoint")
     evaluate.add_argument("--checkpoint-dir", default="checkpoints")
     evaluate.add_argument("--data-dir", default="data")
-    evaluate.add_argument("--json", metavar="FILE", help="also write the metrics as JSON")
+    evaluate.add_argument("--json", metavar="FILE",
+                          help="also write every figure as JSON (reports go beside it)")
+    evaluate.add_argument("--iwae-k", type=bounded(int, 0, 100000), default=None,
+                          help="importance samples for -log p(x|y) (default 1000; 0 = skip)")
+    evaluate.add_argument("--iwae-k-marginal", type=bounded(int, 0, 100000), default=None,
+                          help="samples for each other label in -log p(x) (default 100; 0 = skip)")
+    evaluate.add_argument("--iwae-chunk", type=bounded(int, 1, 100000), default=None,
+                          help="importance samples evaluated at once (memory; default 100)")
+    evaluate.add_argument("--test-limit", type=bounded(int, 0), default=None,
+                          help="evaluate the first N test examples (default all)")
+    evaluate.add_argument("--samples-per-digit", type=bounded(int, 2, 10000), default=None,
+                          help="generated digits per label for the fidelity scores (default 500)")
+    evaluate.add_argument("--seed", type=bounded(int, 0, 2**31 - 1), default=None,
+                          help="binarisation, importance samples and generated samples (default 0)")
+    evaluate.add_argument("--no-fidelity", dest="fidelity", action="store_false", default=None,
+                          help="skip the classifier-based sample scores")
+    evaluate.add_argument("--classifier-dir", help="classifier cache (default DATA_DIR/classifier)")
+    evaluate.add_argument("--report-dir", help="where the report PNGs go (default: beside --json)")
 
     serve = commands.add_parser("serve", help="serve /sample over HTTP")
     serve.add_argument("--checkpoint-dir", default="checkpoints")
@@ -120,8 +137,7 @@ def cmd_data(args) -> int:
 def cmd_train(args) -> int:
     import jax
 
-    from cvae.callbacks import (Checkpointer, EarlyStopping, MetricsLogger, NanGuard,
-                                ProgressBar, SampleGrid)
+    from cvae.callbacks import default_callbacks
     from cvae.data import load_dataset
     from cvae.loop import train_and_evaluate
 
@@ -131,11 +147,7 @@ def cmd_train(args) -> int:
     data = load_dataset(args.data_dir, config.dataset, config.data_source)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
-    callbacks = [NanGuard(), ProgressBar(disable=True if args.no_progress else None),
-                 MetricsLogger(), Checkpointer(config.keep_checkpoints), SampleGrid()]
-    if config.early_stopping_patience:
-        callbacks.insert(1, EarlyStopping(config.early_stopping_patience,
-                                          config.early_stopping_min_delta))
+    callbacks = default_callbacks(config, progress=not args.no_progress)
     run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
                              init_from=args.init_from)
     if run.stop_reason:

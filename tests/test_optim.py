@@ -1,0 +1,144 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from cvae import config as config_lib
+from cvae.model import create_model
+from cvae.optim import create_kl_weight_schedule, create_learning_rate_schedule, create_optimizer
+from cvae.train import create_train_step, ema_update, run_key, to_batch
+from synthetic import synthetic_dataset
+
+
+def batches(n=4, size=16):
+    data = synthetic_dataset(n * size)
+    images = jnp.asarray(data.train_images.reshape(-1, 784))
+    labels = jnp.asarray(data.train_labels)
+    return [to_batch(images[i * size:(i + 1) * size], labels[i * size:(i + 1) * size])
+            for i in range(n)]
+
+
+def train(config, steps=4, total=100):
+    optimizer, schedule = create_optimizer(config, total)
+    key = run_key(0)
+    state, train_step = create_train_step(key, create_model(config), optimizer, config, schedule)
+    initial = jax.device_get(state.params)
+    history = []
+    for batch in batches(steps):
+        state, metrics = train_step(state, batch, key)
+        history.append(jax.device_get(metrics))
+    return initial, state, history
+
+
+def changed(a, b) -> dict[str, bool]:
+    return {top: not all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a[top]),
+                                                                jax.tree.leaves(b[top])))
+            for top in a}
+
+
+# Each optimizer once and each schedule once inside a real step (the schedules' values are
+# checked exactly, and cheaply, below).
+@pytest.mark.parametrize("optimizer, schedule", [
+    ("adam", "constant"), ("adamw", "linear"), ("sgd", "cosine"), ("rmsprop", "warmup_cosine"),
+    ("adam", "warmup_linear")])
+def test_every_optimizer_and_schedule_takes_a_finite_step(optimizer, schedule):
+    config = config_lib.test().replace(optimizer=optimizer, lr_schedule=schedule, warmup_steps=1,
+                                       weight_decay=1e-4, grad_clip_norm=1.0)
+    initial, state, history = train(config, steps=2)
+    assert all(np.isfinite(h["loss"]) for h in history)
+    assert any(changed(initial, jax.device_get(state.params)).values())
+
+
+@pytest.mark.parametrize("name, checks", [
+    ("constant", {0: 1e-3, 50: 1e-3, 100: 1e-3}),
+    ("linear", {0: 1e-3, 50: 0.5 * (1e-3 + 1e-5), 100: 1e-5}),
+    ("cosine", {0: 1e-3, 50: 1e-5 + 0.5 * (1e-3 - 1e-5), 100: 1e-5}),
+    ("warmup_cosine", {0: 0.0, 5: 5e-4, 10: 1e-3, 100: 1e-5}),
+    ("warmup_linear", {0: 0.0, 5: 5e-4, 10: 1e-3, 55: 0.5 * (1e-3 + 1e-5), 100: 1e-5}),
+])
+def test_schedules_give_the_expected_rate_at_chosen_steps(name, checks):
+    config = config_lib.default().replace(lr_schedule=name, learning_rate=1e-3,
+                                          end_learning_rate=1e-5, warmup_steps=10)
+    schedule = create_learning_rate_schedule(config, total_steps=100)
+    for step, expected in checks.items():
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-4, abs=1e-9), step
+
+
+def test_multisteps_updates_every_k_micro_batches_only():
+    config = config_lib.test().replace(accumulation_steps=2)
+    optimizer, _ = create_optimizer(config, 100)
+    key = run_key(0)
+    state, train_step = create_train_step(key, create_model(config), optimizer, config)
+    snapshots = [jax.device_get(state.params)]
+    for batch in batches(4):
+        state, _ = train_step(state, batch, key)
+        snapshots.append(jax.device_get(state.params))
+    moved = [any(changed(a, b).values()) for a, b in zip(snapshots, snapshots[1:])]
+    assert moved == [False, True, False, True]
+    assert int(state.step) == 4  # micro-batch steps
+    assert int(state.opt_state.gradient_step) == 2  # optimizer updates
+
+
+def test_frozen_encoder_does_not_change():
+    config = config_lib.test().replace(freeze="encoder")
+    initial, state, _ = train(config, steps=3)
+    moved = changed(initial, jax.device_get(state.params))
+    assert moved == {"encoder": False, "decoder": True}
+
+
+def test_ema_equals_its_closed_form():
+    decay = 0.9
+    config = config_lib.test().replace(ema_decay=decay)
+    optimizer, _ = create_optimizer(config, 100)
+    key = run_key(0)
+    state, train_step = create_train_step(key, create_model(config), optimizer, config)
+    params = [jax.device_get(state.params)]
+    for batch in batches(3):
+        state, _ = train_step(state, batch, key)
+        params.append(jax.device_get(state.params))
+    # ema_t = decay^t * p_0 + sum_{i=1..t} (1 - decay) decay^(t-i) p_i
+    expected = jax.tree.map(lambda *ps: decay ** 3 * ps[0] + sum(
+        (1 - decay) * decay ** (3 - i) * ps[i] for i in range(1, 4)), *params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 jax.device_get(state.ema_params), expected)
+    np.testing.assert_allclose(ema_update(jnp.ones(2), jnp.zeros(2), 0.9), [0.9, 0.9])
+
+
+def test_kl_annealing_rises_linearly_then_holds():
+    config = config_lib.test().replace(kl_schedule="linear", kl_warmup_steps=10, kl_weight=0.5)
+    weight = create_kl_weight_schedule(config)
+    assert [float(weight(s)) for s in (0, 5, 10, 50)] == pytest.approx([0.0, 0.25, 0.5, 0.5])
+    _, _, history = train(config, steps=3)
+    assert [float(h["kl_weight"]) for h in history] == pytest.approx([0.0, 0.05, 0.1])
+
+
+def test_batch_norm_stats_update_in_train_and_not_in_eval():
+    config = config_lib.test().replace(batch_norm=True)
+    optimizer, _ = create_optimizer(config, 100)
+    key = run_key(0)
+    model = create_model(config)
+    state, train_step = create_train_step(key, model, optimizer, config)
+    before = jax.device_get(state.batch_stats)
+    state, _ = train_step(state, batches(1)[0], key)
+    after = jax.device_get(state.batch_stats)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before),
+                                                         jax.tree.leaves(after)))
+    batch = batches(1)[0]
+    _, mutated = model.apply(state.eval_variables(), batch["image"], batch["label"], key,
+                             train=False, mutable=["batch_stats"])
+    for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(jax.device_get(mutated))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dropout_makes_train_steps_noisy_but_eval_deterministic():
+    config = config_lib.test().replace(dropout_rate=0.5)
+    model = create_model(config)
+    _, state, _ = train(config, steps=1)
+    batch = batches(1)[0]
+    z_key = jax.random.key(1)
+    eval_a = model.apply(state.eval_variables(), batch["image"], batch["label"], z_key)
+    eval_b = model.apply(state.eval_variables(), batch["image"], batch["label"], z_key)
+    np.testing.assert_array_equal(eval_a[0], eval_b[0])
+    train_a = model.apply(state.eval_variables(), batch["image"], batch["label"], z_key,
+                          train=True, rngs={"dropout": jax.random.key(2)})
+    assert not np.array_equal(train_a[0], eval_a[0])
