@@ -13,10 +13,8 @@ from cvae.model import create_model
 from cvae.optim import create_optimizer
 from cvae.train import create_train_state, run_key
 from synthetic import synthetic_dataset
+from trees import tree_equal
 
-
-def tree_equal(a, b) -> bool:
-    return all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))
 
 
 def make_state(config):

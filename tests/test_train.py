@@ -10,10 +10,8 @@ from cvae.model import create_model
 from cvae.optim import create_optimizer
 from cvae.train import create_train_chunk, create_train_step, epoch_permutation, run_key, to_batch
 from synthetic import synthetic_dataset
+from trees import tree_equal
 
-
-def tree_equal(a, b) -> bool:
-    return all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)))
 
 
 def setup(config):

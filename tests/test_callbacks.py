@@ -1,0 +1,78 @@
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+from cvae import config as config_lib
+from cvae.callbacks import (Callback, Checkpointer, EarlyStopping, LossCurve, MetricsLogger, Run,
+                            TensorBoard)
+from cvae.checkpoint import load_checkpoint
+from cvae.loop import train_and_evaluate
+from cvae.model import create_model, init_variables
+from cvae.train import create_eval_step, evaluate, run_key
+from synthetic import synthetic_dataset
+
+
+class ScriptedLoss(Callback):
+    """Replaces the test loss with a script, so early stopping sees known values."""
+
+    def __init__(self, losses):
+        self.losses = list(losses)
+
+    def on_eval_end(self, run, metrics):
+        metrics["loss"] = self.losses[run.epoch]
+
+
+def test_early_stopping_stops_at_the_right_epoch_and_leaves_a_checkpoint(tmp_path):
+    config = config_lib.test().replace(epochs=10)
+    script = ScriptedLoss([5.0, 4.0, 4.0, 3.95, 3.99, 1.0, 1.0, 1.0, 1.0, 1.0])
+    run = train_and_evaluate(config, synthetic_dataset(64), tmp_path,
+                             [script, EarlyStopping(patience=2, min_delta=0.1), Checkpointer()])
+    # epoch 2: 4.0 (no 0.1 gain), epoch 3: 3.95 (still < 0.1 below 4.0) -> stop after epoch 4
+    assert run.epoch == 3 and run.step == 16
+    assert "early stopping" in run.stop_reason and run.exit_code == 0
+    assert load_checkpoint(tmp_path).step == 16
+
+
+def test_metrics_logger_uses_the_injected_clock_and_weights_steps(tmp_path):
+    ticks = iter([10.0, 12.5])
+    logger = MetricsLogger(clock=lambda: next(ticks))
+    run = Run(config_lib.test(), tmp_path, steps_per_epoch=3, total_steps=3)
+    logger.on_epoch_start(run)
+    logger.on_step_end(run, {"loss": np.array([1.0, 2.0])})
+    logger.on_step_end(run, {"loss": np.array([6.0])})
+    run.step = 3
+    logger.on_epoch_end(run, {"loss": 7.0})
+    record = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert record["train_loss"] == 3.0  # (1 + 2 + 6) / 3 steps, not the mean of chunk means
+    assert record["seconds"] == 2.5 and record["test_loss"] == 7.0
+    assert record["examples_per_second"] == 3 * 16 / 2.5
+
+
+def test_evaluation_weights_an_unequal_last_batch_exactly():
+    config = config_lib.test().replace(binarization="none")
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(0))
+    data = synthetic_dataset(16, num_test=50)
+    images = jnp.asarray(data.test_images.reshape(-1, 784))
+    labels = jnp.asarray(data.test_labels)
+    eval_step = create_eval_step(model, config)
+    whole = evaluate(eval_step, variables, images, labels, run_key(0), batch_size=50)
+    # z noise differs per batch, so compare with the deterministic part: the KL
+    pieces = evaluate(eval_step, variables, images, labels, run_key(0), batch_size=16)
+    assert pieces["kl"] == pytest.approx(whole["kl"], rel=1e-5)
+    assert pieces["active_units"] == whole["active_units"]
+
+
+def test_tensorboard_and_loss_curve_files_are_written(tmp_path):
+    config = config_lib.test().replace(epochs=2)
+    train_and_evaluate(config, synthetic_dataset(64), tmp_path,
+                       [MetricsLogger(), TensorBoard(), LossCurve()])
+    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 100
+    with Image.open(tmp_path / "loss_curve.png") as image:
+        assert image.size == (480, 320) and image.mode == "L"
+        assert np.asarray(image).max() == 255  # the train line was drawn
