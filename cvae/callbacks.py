@@ -44,6 +44,7 @@ class Run:
     total_steps: int
     state: Any = None
     step: int = 0
+    start_step: int = 0  # where this invocation began (> 0 when resumed)
     epoch: int = 0
     stop_reason: str | None = None
     exit_code: int = 0

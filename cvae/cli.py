@@ -156,6 +156,10 @@ def cmd_train(args) -> int:
             print(f"resume with the same command; checkpoints are in {checkpoint_dir}",
                   file=sys.stderr)
         return run.exit_code
+    if run.start_step >= run.total_steps:
+        print(f"nothing to do: {checkpoint_dir} is already at step {run.step} of "
+              f"{run.total_steps}; raise --epochs to train longer or pass --fresh to start over")
+        return 0
     print(f"trained to step {run.step}; checkpoints and samples in {checkpoint_dir}")
     return 0
 

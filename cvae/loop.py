@@ -150,7 +150,8 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                                                                         jnp.int32)), mesh)
 
     step = int(state.step)
-    run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step)
+    run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step,
+              start_step=step)
     events = CallbackList(callbacks)
     with stop_on_signals(run):
         events.emit("fit_start", run)
