@@ -36,7 +36,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from cvae.checkpoint import CheckpointError
 from cvae.grid import grid_shape, make_grid, png_bytes
 from cvae.sampling import (DEFAULT_BLOCK_ROWS, DIGITS, LatentRequest, Sampler, batch_latents,
                            grid_columns, load_sampler)
@@ -86,10 +85,10 @@ class SampleParams:
 
 
 async def sample_params(
-    digit: Annotated[int | None, Query(ge=0, le=9, description="0-9; omit: a row per digit")] = None,
+    digit: Annotated[int | None, Query(ge=0, le=9, description="0-9; omit: row per digit")] = None,
     n: Annotated[int, Query(ge=1, le=MAX_N, description="samples per digit")] = 16,
     cols: Annotated[int | None, Query(ge=1, le=MAX_N,
-                                      description="default ceil(sqrt(n)), or n without digit")] = None,
+                                      description="default ceil(sqrt(n)); n without digit")] = None,
     seed: Annotated[int | None, Query(ge=0, le=MAX_SEED,
                                       description="omit for a random one (see X-Seed)")] = None,
     temperature: Annotated[float, Query(gt=0, le=2, description="z ~ N(0, t^2 I)")] = 1.0,

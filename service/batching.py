@@ -9,14 +9,15 @@ Synopsis:
     png = await asyncio.wrap_future(future)   # never blocks the event loop
     batcher.stop()
 
-A request becomes a `Job`: its `LatentRequest` (seed, digits, n, temperature; its latent rows
-z f32[R, L] and labels i32[R] are a function of these alone, so its pixels do not depend on who
-shares the batch; the worker draws the rows of a whole batch in one call with
-`cvae.sampling.batch_latents`, bit-identical to `request_latents`), the model that must decode them (requests
-keep the weights they started with across a checkpoint swap) and a `finish` function (grid +
-PNG) run on a small encoder pool. One worker thread takes the oldest job, waits
-at most `max_wait` seconds after that job arrived for more (under load the queue is already full
-and nobody waits), concatenates up to `max_rows` rows per model and decodes them with
+A request becomes a `Job`: its `LatentRequest` (seed, digits, n, temperature: its latent rows
+z f32[R, L] and labels i32[R] are a function of these alone, so its pixels do not depend on
+who shares the batch; the worker draws the rows of a whole batch in one call with
+`cvae.sampling.batch_latents`, bit-identical to `request_latents`), the model that must decode
+them (requests keep the weights they started with across a checkpoint swap) and a `finish`
+function (grid + PNG) run on a small encoder pool. One worker thread takes the oldest job, waits
+at most `max_wait` seconds after that job arrived for more (only while other requests are in
+flight, i.e. being encoded or sent, so more are likely to come; under load the queue is already
+full and nobody waits), concatenates up to `max_rows` rows per model and decodes them with
 `model.decode`, which runs fixed-size padded blocks, so nothing recompiles. Admission is bounded
 by jobs and by rows in flight (queued, decoding or encoding): when either is exhausted `submit`
 raises `QueueFull` and the service answers 503 with Retry-After instead of queueing without end.
@@ -148,6 +149,8 @@ class Batcher:
                     return batch
                 if self._queue or rows >= self.max_rows:
                     return batch  # full, or the next job would not fit
+                if self._inflight_rows <= rows:
+                    return batch  # nobody else in flight (a lone client): waiting gains nothing
                 remaining = batch[0].arrived + self.max_wait - time.monotonic()
                 if remaining <= 0 or self._stopping:
                     return batch

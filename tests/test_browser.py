@@ -1,4 +1,4 @@
-"""The page at `/` in Debian's headless Chromium: pick a digit, draw, see a grid of the right size."""
+"""The page at `/` in headless Chromium: pick a digit, draw, see a grid of the right size."""
 
 from __future__ import annotations
 
