@@ -18,8 +18,10 @@ all of that lives here.
 from __future__ import annotations
 
 import dataclasses
+from errno import ENOSPC
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
-from cvae.checkpoint import create_manager, save_checkpoint
+from cvae.checkpoint import CheckpointError, create_manager, save_checkpoint
 from cvae.grid import make_grid, save_png
 from cvae.model import create_model
 from cvae.sampling import create_sampler
@@ -188,7 +190,18 @@ class Checkpointer(Callback):
         self.manager = create_manager(run.checkpoint_dir, keep=self.keep)
 
     def save(self, run, metrics):
-        self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics)
+        try:
+            self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics)
+        except Exception as error:  # Orbax/TensorStore wrap OS errors in their own types
+            if "No space left" not in str(error) and getattr(error, "errno", None) != ENOSPC:
+                raise
+            previous = self.manager.latest_step()
+            for partial in Path(run.checkpoint_dir).glob(f"{run.step}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)  # give the space back
+            raise CheckpointError(
+                f"disk full while saving step {run.step} to {run.checkpoint_dir}; the previous "
+                f"checkpoint (step {previous}) is intact: free space and run the same command "
+                f"to resume") from None
 
     def on_epoch_end(self, run, metrics):
         self.save(run, {**metrics, "epoch": run.epoch + 1})

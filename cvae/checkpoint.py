@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import orbax.checkpoint as ocp
@@ -95,6 +95,25 @@ def restore_state(manager: ocp.CheckpointManager, step: int, template) -> tuple[
     return restored.state, dict(restored.metrics or {})
 
 
+# What a damaged, half-deleted or vanished step raises when read.
+READ_ERRORS = (OSError, ValueError, KeyError)
+
+
+def restore_newest_readable(manager: ocp.CheckpointManager,
+                            restore_fn: Callable[[int], Any]) -> tuple[int, Any] | None:
+    """`(step, restore_fn(step))` for the newest step that reads, or None when there is none.
+
+    Steps that fail to read (corrupt, or deleted under us) are skipped with a warning naming them.
+    """
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            return step, restore_fn(step)
+        except READ_ERRORS as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            log.warning("skipping checkpoint step %d in %s: %s", step, manager.directory, reason)
+    return None
+
+
 @dataclasses.dataclass
 class Checkpoint:
     step: int
@@ -104,32 +123,27 @@ class Checkpoint:
 
 
 def load_checkpoint(directory: str | Path, step: int | None = None) -> Checkpoint:
-    """Read a checkpoint (latest by default) with nothing but the directory.
-
-    When the newest step cannot be read (corrupt or deleted under us), falls back to the next
-    older one and logs which step was skipped and why.
-    """
+    """Read a checkpoint (the newest readable one by default) with nothing but the directory."""
     directory = Path(directory)
+    hint = f"run `make train` (or `cvae train --checkpoint-dir {directory}`)"
     if not directory.is_dir():
-        raise CheckpointError(f"no checkpoint directory at {directory.absolute()}: "
-                              f"run `make train` (or `cvae train --checkpoint-dir {directory}`)")
+        raise CheckpointError(f"no checkpoint directory at {directory.absolute()}: {hint}")
     manager = create_manager(directory, read_only=True)
     try:
-        steps = [step] if step is not None else sorted(manager.all_steps(), reverse=True)
-        if not steps:
-            raise CheckpointError(f"no checkpoint in {directory.absolute()}: run `make train` "
-                                  f"(or `cvae train --checkpoint-dir {directory}`)")
-        errors = []
-        for candidate in steps:
-            try:
-                config = read_config(manager, candidate)
-                state, metrics = restore_state(manager, candidate, abstract_state(config))
-                return Checkpoint(candidate, config, state, metrics)
-            except (OSError, ValueError, KeyError, FileNotFoundError) as error:
-                log.warning("skipping checkpoint step %d in %s: %s", candidate, directory,
-                            str(error).splitlines()[0] if str(error) else type(error).__name__)
-                errors.append(f"step {candidate}: {type(error).__name__}")
-        raise CheckpointError(f"no readable checkpoint in {directory.absolute()} "
-                              f"({'; '.join(errors)})")
+        if step is None and not manager.all_steps():
+            raise CheckpointError(f"no checkpoint in {directory.absolute()}: {hint}")
+
+        def read(candidate: int) -> Checkpoint:
+            config = read_config(manager, candidate)
+            state, metrics = restore_state(manager, candidate, abstract_state(config))
+            return Checkpoint(candidate, config, state, metrics)
+
+        if step is not None:
+            return read(step)
+        found = restore_newest_readable(manager, read)
+        if found is None:
+            raise CheckpointError(f"no readable checkpoint in {directory.absolute()} "
+                                  f"(steps {manager.all_steps()} all failed to read): {hint}")
+        return found[1]
     finally:
         manager.close()

@@ -135,26 +135,28 @@ def cmd_data(args) -> int:
 
 
 def cmd_train(args) -> int:
-    import jax
-
-    from cvae.callbacks import default_callbacks
     from cvae.data import load_dataset
-    from cvae.loop import train_and_evaluate
 
+    # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     config = config_from_args(args)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
     data = load_dataset(args.data_dir, config.dataset, config.data_source)
+
+    import jax
+
+    from cvae.callbacks import default_callbacks
+    from cvae.loop import train_and_evaluate
+
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress)
     run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
                              init_from=args.init_from)
     if run.stop_reason:
-        print(f"stopped at step {run.step}: {run.stop_reason}", file=sys.stderr)
-        if run.exit_code == 0:
-            print(f"resume with the same command; checkpoints are in {checkpoint_dir}",
-                  file=sys.stderr)
+        resume = (f"; resume with the same command (checkpoints in {checkpoint_dir})"
+                  if run.exit_code == 0 else "")
+        print(f"stopped at step {run.step}: {run.stop_reason}{resume}", file=sys.stderr)
         return run.exit_code
     if run.start_step >= run.total_steps:
         print(f"nothing to do: {checkpoint_dir} is already at step {run.step} of "

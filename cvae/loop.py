@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from cvae.callbacks import Callback, CallbackList, Run
-from cvae.checkpoint import create_manager, load_checkpoint, read_config, restore_state
+from cvae.checkpoint import (create_manager, load_checkpoint, read_config, restore_newest_readable,
+                             restore_state)
 from cvae.config import RESUMABLE_CHANGES, Config, ConfigError
 from cvae.data import Dataset
 from cvae.model import create_model
@@ -54,24 +55,29 @@ def training_arrays(data: Dataset, config: Config) -> tuple[jax.Array, jax.Array
 
 
 def resume_state(checkpoint_dir: Path, state, config: Config):
-    """The latest checkpoint's state if there is one (and its config agrees), else `state`."""
-    manager = create_manager(checkpoint_dir, read_only=True)
-    try:
-        step = manager.latest_step()
-        if step is None:
-            return state
-        stored = read_config(manager, step)
-        fields = tuple(f for f in config.to_dict() if f not in RESUMABLE_CHANGES)
-        differences = stored.diff(config, fields)
+    """The newest readable checkpoint's state if its config agrees, else `state` (fresh start)."""
+    resumable = tuple(f for f in config.to_dict() if f not in RESUMABLE_CHANGES)
+
+    def restore(step: int):
+        differences = read_config(manager, step).diff(config, resumable)
         if differences:
             listed = ", ".join(f"{k}: checkpoint {a!r} vs requested {b!r}"
                                for k, (a, b) in differences.items())
             raise ResumeError(f"{checkpoint_dir} holds a run with a different config ({listed}); "
                               f"pass --fresh to start over there, or use another --checkpoint-dir")
-        restored, _ = restore_state(manager, step, state)
-        return restored
+        return restore_state(manager, step, state)[0]
+
+    manager = create_manager(checkpoint_dir, read_only=True)
+    try:
+        found = restore_newest_readable(manager, restore)
+        unreadable = [s for s in manager.all_steps() if found is None or s > found[0]]
     finally:
         manager.close()
+    for step in unreadable:  # moved aside, not deleted: training will write these steps again
+        target = checkpoint_dir / f"unreadable-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        (checkpoint_dir / str(step)).rename(target)
+        log.warning("moved unreadable checkpoint step %d to %s", step, target)
+    return state if found is None else found[1]
 
 
 def set_aside_previous_run(checkpoint_dir: Path) -> Path | None:
