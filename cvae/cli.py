@@ -15,6 +15,7 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
+from cvae.config import MAX_SEED
 
 EXIT_USER_ERROR = 2
 
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--digit", type=bounded(int, 0, 9), help="0-9; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, 1024), default=16, help="samples per digit")
     sample.add_argument("--cols", type=bounded(int, 1, 1024), help="default ceil(sqrt(n)), or n")
-    sample.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0)
+    sample.add_argument("--seed", type=bounded(int, 0, MAX_SEED), default=0)
     sample.add_argument("--temperature", type=bounded(float, 0, 2, low_open=True), default=1.0)
     sample.add_argument("--scale", type=bounded(int, 1, 8), default=1)
     sample.add_argument("--pad", type=bounded(int, 0, 8), default=2)

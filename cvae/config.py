@@ -24,6 +24,9 @@ KL_SCHEDULES = ("constant", "linear")
 FREEZE_OPTIONS = ("none", "encoder", "decoder")
 DATASETS = ("mnist", "fashion_mnist", "kmnist")
 DATA_SOURCES = ("idx", "torchvision")
+# Seeds are 32-bit: without jax_enable_x64 a key keeps only 32 bits of its seed, so larger
+# values would silently collide with smaller ones. Training, sampling and the service share it.
+MAX_SEED = 2**32 - 1
 
 
 class ConfigError(ValueError):
@@ -110,6 +113,8 @@ class Config:
                 raise ConfigError(f"{name}={getattr(self, name)}: must be >= 0")
         if not self.hidden_sizes or min(self.hidden_sizes) < 1:
             raise ConfigError(f"hidden_sizes={self.hidden_sizes}: need one or more sizes >= 1")
+        if self.seed > MAX_SEED:
+            raise ConfigError(f"seed={self.seed}: must be in [0, {MAX_SEED}]")
         if not 0 < self.learning_rate <= 10:
             raise ConfigError(f"learning_rate={self.learning_rate}: must be in (0, 10]")
         if not 0 <= self.end_learning_rate <= self.learning_rate:

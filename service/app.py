@@ -37,6 +37,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cvae.grid import grid_shape, make_grid, png_bytes
+from cvae.config import MAX_SEED
 from cvae.sampling import (DEFAULT_BLOCK_ROWS, DIGITS, LatentRequest, Sampler, batch_latents,
                            grid_columns, load_sampler)
 from service.batching import Batcher, Job, QueueFull, Stopped
@@ -46,8 +47,7 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_N = 1024
-MAX_SEED = 2**63 - 1
-RANDOM_SEED_LIMIT = 2**32  # drawn seeds: JAX keys use 32 bits of the seed without jax_enable_x64
+RANDOM_SEED_LIMIT = MAX_SEED + 1  # drawn seeds cover the same range as given ones
 MAX_PIXELS = 64_000_000  # one grid at most 64 MP (n=1024, scale 8, one digit is 52 MP)
 RETRY_AFTER_BUSY_S = 1
 

@@ -53,9 +53,9 @@ def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05):
     ("n=many", "n", "1..1024"),
     ("cols=0", "cols", "1..1024"),
     ("cols=1025", "cols", "1..1024"),
-    ("seed=-1", "seed", f"0..{2**63 - 1}"),
-    ("seed=9223372036854775808", "seed", f"0..{2**63 - 1}"),
-    ("seed=x", "seed", f"0..{2**63 - 1}"),
+    ("seed=-1", "seed", f"0..{2**32 - 1}"),
+    ("seed=4294967296", "seed", f"0..{2**32 - 1}"),
+    ("seed=x", "seed", f"0..{2**32 - 1}"),
     ("temperature=-1", "temperature", "0 < temperature <= 2"),
     ("temperature=0", "temperature", "0 < temperature <= 2"),
     ("temperature=2.5", "temperature", "0 < temperature <= 2"),
@@ -304,7 +304,7 @@ def test_batcher_decodes_an_oversized_job_alone_and_bounds_the_queue():
 
 
 def test_batch_latents_equal_request_latents_bit_for_bit():
-    seeds = (0, 2**31, 2**32 + 7, 2**63 - 1)
+    seeds = (0, 2**31, 2**32 - 1, 12345)
     requests = [LatentRequest(seed, digits, n, temperature)
                 for seed, temperature in zip(seeds, (1.0, 0.3, 1.7, 0.05))
                 for digits in ((7,), tuple(range(10)))
