@@ -99,3 +99,15 @@ def test_resume_continues_the_step_count(tmp_path):
                              [Checkpointer()])
     assert run.step == 12
     assert load_checkpoint(tmp_path).step == 12
+
+
+def test_training_resumes_past_a_corrupt_newest_step_and_keeps_it_aside(tmp_path):
+    config = config_lib.test().replace(epochs=2)
+    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    for item in (tmp_path / "8" / "state").rglob("*"):
+        if item.is_file():
+            item.write_bytes(b"garbage")
+    run = train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    assert run.start_step == 4 and run.step == 8
+    assert load_checkpoint(tmp_path).step == 8
+    assert len(list(tmp_path.glob("unreadable-8-*"))) == 1
