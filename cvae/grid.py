@@ -119,7 +119,9 @@ def png_bytes(grid: np.ndarray) -> bytes:
     # A 2-D uint8 array maps to mode "L"; passing mode= is deprecated in Pillow >= 11.3.
     image = Image.fromarray(_check_grid(grid))
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=False, compress_level=6)
+    # Level 1: about 3x faster than zlib's default 6 on digit grids, for slightly larger files;
+    # encoding is the service's biggest per-request cost.
+    image.save(buffer, format="PNG", optimize=False, compress_level=1)
     return buffer.getvalue()
 
 
