@@ -1,34 +1,194 @@
-"""`cvae eval`: test-set figures of a checkpoint, from the checkpoint directory alone."""
+"""`cvae eval`: how good a checkpoint is, from the checkpoint directory alone.
+
+Figures (all on the test set; every one lands in the JSON, the main ones in a table on stdout):
+- ELBO terms (reconstruction, KL, total) and active latent units (per-dimension KL > 0.01 nats).
+- Bernoulli likelihood only: the IWAE bound with K samples as the negative log-likelihood in nats,
+  on the test set binarised once with a fixed seed: conditional -log p(x|y) (true label, K
+  samples) and marginal -log p(x) = -logsumexp_y' [log p(x|y') - log 10] (the true label's
+  K-sample term plus `iwae_k_marginal` samples for each other label), with the built-in check
+  -log p(x|y') bounds in `cvae.iwae.check_marginal`.
+- Sample fidelity scored by the cached MNIST classifier (`cvae.fidelity`): conditional accuracy
+  and Fréchet distance of samples, overall and per digit, beside real test digits.
+- Visual reports (`cvae.reports`) next to the JSON, or in --report-dir.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import sys
+import time
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
+from cvae import fidelity, iwae, reports
 from cvae.checkpoint import load_checkpoint
 from cvae.data import load_dataset
-from cvae.model import create_model
+from cvae.model import NUM_CLASSES, create_model
+from cvae.sampling import create_sampler
 from cvae.train import create_eval_step, evaluate, run_key
 
 
-def elbo_metrics(checkpoint, data) -> dict[str, float]:
-    """Reconstruction, KL, loss and negative ELBO (nats) on the whole test set."""
+class EvalCheckError(RuntimeError):
+    """A built-in consistency check of the figures failed (a bug, not a user error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    iwae_k: int = 1000  # importance samples for -log p(x|y); 0 = skip the IWAE bounds
+    iwae_k_marginal: int = 100  # samples for each of the 9 other labels in -log p(x); 0 = skip
+    iwae_chunk: int = 100  # samples evaluated at once (bounds memory, not the result)
+    test_limit: int = 0  # 0 = whole test set, N = the first N test examples
+    samples_per_digit: int = 500  # generated digits per label for the fidelity scores
+    seed: int = 0  # binarisation, importance samples, generated samples, report picks
+    fidelity: bool = True
+    classifier_dir: str | None = None  # default <data-dir>/classifier
+    report_dir: str | None = None  # default: beside --json; None and no --json = no reports
+
+
+def elbo_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Reconstruction, KL, loss, negative ELBO (nats) and active units on the given test rows."""
     config = checkpoint.config
     eval_step = create_eval_step(create_model(config), config)
     return evaluate(eval_step, checkpoint.state.eval_variables(),
-                    jnp.asarray(data.test_images.reshape(-1, 784)),
-                    jnp.asarray(data.test_labels, jnp.int32), run_key(config.seed),
-                    config.eval_batch_size)
+                    jnp.asarray(images_u8.reshape(-1, 784)), jnp.asarray(labels, jnp.int32),
+                    run_key(config.seed), min(config.eval_batch_size, len(labels)))
+
+
+def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
+                 options: EvalOptions) -> dict:
+    config = checkpoint.config
+    if config.likelihood != "bernoulli" or options.iwae_k == 0:
+        why = ("IWAE NLL is defined for the bernoulli likelihood only"
+               if config.likelihood != "bernoulli" else "--iwae-k 0")
+        return {"iwae": None, "iwae_note": why}
+    start = time.perf_counter()
+    bounds = iwae.test_set_bounds(
+        create_model(config), checkpoint.state.eval_variables(), images_u8, labels,
+        jax.random.key(options.seed), options.iwae_k, options.iwae_k_marginal,
+        chunk=options.iwae_chunk)
+    result = {"k": options.iwae_k, "k_marginal_other_labels": options.iwae_k_marginal,
+              "examples": int(len(labels)), "binarization": f"dynamic, seed {options.seed}",
+              "nll_conditional": float(-bounds["log_px_given_y"].mean())}
+    if "log_px" in bounds:
+        check = iwae.check_marginal(bounds["log_px_given_y"], bounds["log_px_given_label"],
+                                    bounds["log_px"])
+        result["nll_marginal"] = float(-bounds["log_px"].mean())
+        result["marginal_check"] = check
+        if not check["ok"]:
+            raise EvalCheckError(f"marginal -log p(x) violates its bounds: {check}")
+    result["seconds"] = time.perf_counter() - start
+    return {"iwae": result}
+
+
+def fidelity_metrics(checkpoint, data, images_u8, labels, options: EvalOptions,
+                     classifier_dir: str | None) -> dict:
+    classifier = fidelity.load_or_train_classifier(
+        data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
+    # Samples and the reference half are compared with the same (odd-indexed) half of the test
+    # set, at about the same size, so the Fréchet distances share their small-sample bias.
+    _, reference_features = classifier.logits_and_features(images_u8[1::2])
+    sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
+                             checkpoint.state.eval_variables(), checkpoint.step, block_rows=500)
+    samples = sampler.sample_images(None, options.samples_per_digit, options.seed)
+    sample_labels = np.repeat(np.arange(NUM_CLASSES), options.samples_per_digit)
+    scores = fidelity.score_images(classifier, samples, sample_labels, reference_features,
+                                   labels[1::2])
+    return {"classifier": {"test_accuracy": classifier.test_accuracy, **{
+                k: v for k, v in classifier.meta.items() if k != "test_accuracy"}},
+            "samples": {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0},
+            "real": fidelity.reference_scores(classifier, images_u8, labels)}
+
+
+def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
+                        classifier_dir: str | None) -> dict:
+    limit = options.test_limit or len(data.test_labels)
+    images_u8, labels = data.test_images[:limit], np.asarray(data.test_labels[:limit])
+    config = checkpoint.config
+    results = {"step": checkpoint.step, "likelihood": config.likelihood,
+               "latent_dim": config.latent_dim, "test_examples": int(limit),
+               "elbo": elbo_metrics(checkpoint, images_u8, labels)}
+    results.update(iwae_metrics(checkpoint, images_u8, labels, options))
+    if options.fidelity:
+        results["fidelity"] = fidelity_metrics(checkpoint, data, images_u8, labels, options,
+                                               classifier_dir)
+    return results
+
+
+def summary_table(results: dict) -> str:
+    """The human-readable summary printed by `cvae eval`."""
+    elbo = results["elbo"]
+    lines = [f"checkpoint step {results['step']}, {results['likelihood']} likelihood, "
+             f"{results['test_examples']} test examples",
+             f"  {'reconstruction':<34}{elbo['reconstruction']:>10.2f} nats",
+             f"  {'KL':<34}{elbo['kl']:>10.2f} nats",
+             f"  {'negative ELBO':<34}{elbo['neg_elbo']:>10.2f} nats",
+             f"  {'active units (KL > 0.01)':<34}{elbo['active_units']:>7d} / "
+             f"{results['latent_dim']}"]
+    if results.get("iwae"):
+        bound = results["iwae"]
+        lines.append(f"  {'-log p(x|y), IWAE K=' + str(bound['k']):<34}"
+                     f"{bound['nll_conditional']:>10.2f} nats")
+        if "nll_marginal" in bound:
+            lines.append(f"  {'-log p(x), K=' + str(bound['k']) + '/' + str(bound['k_marginal_other_labels']):<34}"  # noqa: E501
+                         f"{bound['nll_marginal']:>10.2f} nats  (check "
+                         f"{'ok' if bound['marginal_check']['ok'] else 'FAILED'})")
+    else:
+        lines.append(f"  IWAE: skipped ({results.get('iwae_note')})")
+    if "fidelity" in results:
+        fid = results["fidelity"]
+        samples, real = fid["samples"], fid["real"]
+        lines += [f"  classifier test accuracy {fid['classifier']['test_accuracy']:.4f}",
+                  f"  {'':<14}{'samples':>10}{'real test':>11}",
+                  f"  {'accuracy':<14}{samples['accuracy']:>10.4f}{real['accuracy']:>11.4f}",
+                  f"  {'Fréchet dist.':<14}{samples['fd']:>10.2f}{real['fd']:>11.2f}"]
+        for digit in range(NUM_CLASSES):
+            lines.append(f"  {'  digit ' + str(digit):<14}"
+                         f"{samples['accuracy_per_digit'][digit]:>10.4f}"
+                         f"{real['accuracy_per_digit'][digit]:>11.4f}"
+                         f"   FD {samples['fd_per_digit'][digit]:>7.2f}"
+                         f"{real['fd_per_digit'][digit]:>8.2f}")
+    if "reports" in results:
+        lines.append(f"  reports: {', '.join(results['reports'].values())}")
+    return "\n".join(lines)
+
+
+def _finite(value):
+    """JSON has no NaN: write null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def options_from_args(args) -> EvalOptions:
+    fields = {f.name for f in dataclasses.fields(EvalOptions)}
+    given = {name: value for name, value in vars(args).items()
+             if name in fields and value is not None}
+    return EvalOptions(**given)
 
 
 def run_eval(args) -> int:
+    options = options_from_args(args)
     checkpoint = load_checkpoint(args.checkpoint_dir)
     data = load_dataset(args.data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
-    metrics = {"step": checkpoint.step, **elbo_metrics(checkpoint, data)}
-    for name, value in metrics.items():
-        print(f"{name:>16}  {value:.4f}" if isinstance(value, float) else f"{name:>16}  {value}")
+    classifier_dir = options.classifier_dir or str(Path(args.data_dir) / "classifier")
+    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir)
+    report_dir = options.report_dir or (str(Path(args.json).parent) if args.json else None)
+    if report_dir is not None:
+        limit = options.test_limit or len(data.test_labels)
+        results["reports"] = reports.write_reports(
+            create_model(checkpoint.config), checkpoint.state.eval_variables(),
+            data.test_images[:limit], data.test_labels[:limit], report_dir, options.seed)
+    print(summary_table(results))
     if args.json:
-        Path(args.json).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(_finite(results), indent=2, sort_keys=True) + "\n")
     return 0

@@ -1,0 +1,294 @@
+"""Training speed: our fused chunk vs the seed loop (and PyTorch), against this machine's floor.
+
+    python -m bench.bench_train [--quick] [--data-dir data]
+
+Measures, for the default model (MLP 784-512-256, latent 16, Bernoulli):
+- throughput (examples/s, compile excluded, median over repeats) of `create_train_chunk` at
+  batch 16, 128 and 512, run in chunks of `steps_per_call` steps as the training loop does;
+- wall time of one epoch of 60000 at the default batch size (chunked like the loop, no eval);
+- baseline (a), the seed document's loop: one jitted step per batch, the batch sliced and
+  converted in host NumPy, `jax.random.split` on the host each step, batch 16;
+- baseline (b), the same model and loss in PyTorch on the CPU, when torch is importable;
+- the floor: float32 matmul GFLOP/s (jnp.dot of 2048x2048 matrices), the model's FLOPs per
+  example (2*in*out per Dense layer forward, x3 for forward + backward), the FLOP-bound ideal
+  examples/s and the fraction training reaches at batch 512;
+- time to quality: wall time from a fresh start until the conditional accuracy of samples
+  (scored by the cached classifier after each epoch) first reaches 95%.
+`--quick` uses the tiny test model, synthetic data and tiny counts (a smoke run, ~30 s).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from cvae import config as config_lib
+from cvae.callbacks import Callback
+from cvae.data import Dataset
+from cvae.losses import vae_loss
+from cvae.model import create_model
+from cvae.optim import create_optimizer
+from cvae.train import create_train_chunk, create_train_step, epoch_permutation, maybe_binarize
+
+
+def synthetic_data(num_train: int, num_test: int, seed: int = 0) -> Dataset:
+    """Digit d lights up a band of rows on faint noise: learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+
+    def make(n):
+        labels = rng.integers(0, 10, n).astype(np.int32)
+        images = rng.integers(0, 40, size=(n, 28, 28), dtype=np.uint8)
+        for i, digit in enumerate(labels):
+            images[i, 2 * digit + 4:2 * digit + 8, 4:24] = 230
+        return images, labels
+
+    train, test = make(num_train), make(num_test)
+    return Dataset(*train, *test, name="mnist")
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
+    dot = jax.jit(jnp.dot)
+    dot(a, b).block_until_ready()
+    seconds = _median_time(lambda: dot(a, b).block_until_ready(), repeats)
+    return 2 * size**3 / seconds / 1e9
+
+
+def forward_flops_per_example(params) -> int:
+    """2*in*out per Dense kernel; each of encoder and decoder runs once per training example."""
+    kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(params)
+               if getattr(path[-1], "key", None) == "kernel" and leaf.ndim == 2]
+    return int(sum(2 * k.shape[0] * k.shape[1] for k in kernels))
+
+
+def _device_data(data: Dataset):
+    return (jnp.asarray(data.train_images.reshape(-1, 784)),
+            jnp.asarray(data.train_labels, jnp.int32))
+
+
+def fused_throughput(config, data: Dataset, batch_size: int, steps: int, repeats: int) -> float:
+    """Examples/s of `create_train_chunk`, `steps` steps in chunks of config.steps_per_call."""
+    config = config.replace(batch_size=batch_size)
+    images, labels = _device_data(data)
+    steps = max(1, min(steps, images.shape[0] // batch_size))
+    model = create_model(config)
+    optimizer, _ = create_optimizer(config, 10 * steps)
+    key = jax.random.key(config.seed)
+    state, train_step = create_train_step(key, model, optimizer, config)
+    chunk = create_train_chunk(train_step, batch_size)
+    order = epoch_permutation(key, 0, images.shape[0])
+    box = {"state": state}
+
+    def run():
+        state = box["state"]
+        for first in range(0, steps, config.steps_per_call):
+            state, metrics = chunk(state, images, labels, order, first, key,
+                                   num_steps=min(config.steps_per_call, steps - first))
+        jax.block_until_ready(metrics)
+        box["state"] = state
+
+    run()  # compile (every chunk length used)
+    return steps * batch_size / _median_time(run, repeats)
+
+
+def epoch_seconds(config, data: Dataset, repeats: int) -> float:
+    """One epoch at config.batch_size, chunked exactly like the loop (no evaluation)."""
+    steps = data.train_images.shape[0] // config.batch_size
+    rate = fused_throughput(config, data, config.batch_size, steps, repeats)
+    return steps * config.batch_size / rate
+
+
+def seed_loop_throughput(config, data: Dataset, batch_size: int, steps: int,
+                         repeats: int) -> float:
+    """Baseline (a): the seed document's loop on the same model and loss."""
+    config = config.replace(batch_size=batch_size)
+    model = create_model(config)
+    optimizer, _ = create_optimizer(config, 10 * steps)
+    state, _ = create_train_step(jax.random.key(0), model, optimizer, config)
+    host_images = data.train_images.reshape(-1, 784)
+    host_labels = data.train_labels.astype(np.int32)
+
+    @jax.jit
+    def step(state, images, labels, key):
+        z_key, binarize_key = jax.random.split(key)
+        x = maybe_binarize(binarize_key, images, config)
+
+        def loss_fn(params):
+            logits, mean, logvar = model.apply({"params": params}, x, labels, z_key)
+            return vae_loss(logits, x, mean, logvar, likelihood=config.likelihood,
+                            kl_weight=config.kl_weight)[0]
+
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        return state.apply_gradients(grads=grads), loss
+
+    box = {"state": state, "key": jax.random.key(1)}
+
+    def run():
+        state, key = box["state"], box["key"]
+        order = np.random.default_rng(0).permutation(len(host_images))
+        for i in range(steps):
+            idx = order[i * batch_size:(i + 1) * batch_size]
+            key, sub = jax.random.split(key)
+            state, loss = step(state, host_images[idx].astype(np.float32) / 255.0,
+                               host_labels[idx], sub)
+        jax.block_until_ready(loss)
+        box["state"], box["key"] = state, key
+
+    run()
+    return steps * batch_size / _median_time(run, repeats)
+
+
+def torch_throughput(config, data: Dataset, batch_size: int, steps: int,
+                     repeats: int) -> float | None:
+    """Baseline (b): the same MLP CVAE and loss in PyTorch (CPU); None if torch is absent."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    act = torch.nn.GELU(approximate="tanh")  # flax's gelu is the tanh approximation
+    hidden = config.hidden_sizes
+    enc, width = [], 784 + 10
+    for h in hidden:
+        enc += [torch.nn.Linear(width, h), act]
+        width = h
+    encoder = torch.nn.Sequential(*enc, torch.nn.Linear(width, 2 * config.latent_dim))
+    widths = tuple(reversed(hidden))
+    z_proj = torch.nn.Linear(config.latent_dim, widths[0])
+    y_proj = torch.nn.Linear(10, widths[0], bias=False)
+    dec, width = [], widths[0]
+    for h in widths[1:]:
+        dec += [torch.nn.Linear(width, h), act]
+        width = h
+    decoder = torch.nn.Sequential(*dec, torch.nn.Linear(width, 784))
+    modules = torch.nn.ModuleList([encoder, z_proj, y_proj, decoder])
+    opt = torch.optim.Adam(modules.parameters(), lr=config.learning_rate)
+    images = torch.from_numpy(data.train_images.reshape(-1, 784).astype(np.float32) / 255.0)
+    labels = torch.nn.functional.one_hot(torch.from_numpy(data.train_labels.astype(np.int64)),
+                                         10).float()
+
+    def run():
+        for i in range(steps):
+            x = torch.bernoulli(images[i * batch_size:(i + 1) * batch_size])
+            y = labels[i * batch_size:(i + 1) * batch_size]
+            mean, raw = encoder(torch.cat([x, y], 1)).chunk(2, 1)
+            logvar = config.logvar_bound * torch.tanh(raw / config.logvar_bound)
+            z = mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)
+            logits = decoder(act(z_proj(z) + y_proj(y)))
+            rec = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, x, reduction="none").sum(1)
+            kl = 0.5 * (logvar.exp() + mean**2 - 1 - logvar).sum(1)
+            loss = (rec + kl).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    steps = max(1, min(steps, len(images) // batch_size))
+    run()
+    return steps * batch_size / _median_time(run, repeats)
+
+
+class _QualityClock(Callback):
+    """Scores samples after each epoch; stops once conditional accuracy >= target.
+
+    Scoring time is subtracted, so the clock counts only training (with its evaluation).
+    """
+
+    def __init__(self, classifier, target: float, samples_per_digit: int):
+        self.classifier, self.target, self.n = classifier, target, samples_per_digit
+        self.start = self.scoring = 0.0
+        self.history: list[tuple[int, float, float]] = []  # (epoch, seconds, accuracy)
+        self.reached: float | None = None
+
+    def on_fit_start(self, run):
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, run, metrics):
+        from cvae.sampling import create_sampler
+
+        begin = time.perf_counter()
+        sampler = create_sampler(create_model(run.config), run.config,
+                                 run.state.eval_variables(), block_rows=500)
+        samples = sampler.sample_images(None, self.n, seed=0)
+        labels = np.repeat(np.arange(10), self.n)
+        logits, _ = self.classifier.logits_and_features(samples)
+        accuracy = float(np.mean(logits.argmax(1) == labels))
+        self.scoring += time.perf_counter() - begin
+        elapsed = time.perf_counter() - self.start - self.scoring
+        self.history.append((run.epoch + 1, elapsed, accuracy))
+        if accuracy >= self.target and self.reached is None:
+            self.reached = elapsed
+            run.request_stop(f"sample accuracy {accuracy:.3f} >= {self.target}")
+
+
+def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epochs: int,
+                    target: float = 0.95, samples_per_digit: int = 100) -> dict:
+    from cvae.callbacks import Checkpointer
+    from cvae.loop import planned_steps, train_and_evaluate
+
+    steps_per_epoch, _ = planned_steps(config, len(data.train_images))
+    # The schedule still spans config.epochs: the run is the default run, cut at max_epochs.
+    config = config.replace(max_steps=max_epochs * steps_per_epoch)
+    clock = _QualityClock(classifier, target, samples_per_digit)
+    train_and_evaluate(config, data, checkpoint_dir, [clock, Checkpointer(1)], fresh=True)
+    return {"target": target, "seconds": clock.reached, "max_epochs": max_epochs,
+            "history": clock.history}
+
+
+def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
+    """Every training figure; `workdir` receives the time-to-quality run's checkpoints."""
+    from cvae.data import load_dataset
+    from cvae.fidelity import load_or_train_classifier
+
+    if quick:
+        config = config_lib.test().replace(steps_per_call=10)
+        data = synthetic_data(2048, 256)
+        steps, repeats, seed_steps = 20, 2, 20
+        classifier = load_or_train_classifier(data, None, epochs=1, log=log)
+        max_epochs = 1
+    else:
+        config = config_lib.default()
+        data = load_dataset(data_dir, config.dataset, config.data_source)
+        steps, repeats, seed_steps = 400, 3, 400
+        classifier = load_or_train_classifier(data, f"{data_dir}/classifier", log=log)
+        max_epochs = 10
+    results = {"quick": quick, "device": str(jax.devices()[0].platform),
+               "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim}
+    results["matmul_gflops"] = matmul_gflops(512 if quick else 2048)
+    log(f"matmul: {results['matmul_gflops']:.1f} GFLOP/s")
+    params = create_train_step(jax.random.key(0), create_model(config),
+                               optax.adam(1e-3), config)[0].params
+    results["forward_flops_per_example"] = forward_flops_per_example(params)
+    results["train_flops_per_example"] = 3 * results["forward_flops_per_example"]
+    results["ideal_examples_per_s"] = (results["matmul_gflops"] * 1e9
+                                       / results["train_flops_per_example"])
+    results["fused"] = {}
+    for batch in (16, 128, 512):
+        rate = fused_throughput(config, data, batch, steps, repeats)
+        results["fused"][batch] = rate
+        log(f"fused chunk, batch {batch}: {rate:.0f} examples/s")
+    results["seed_loop_16"] = seed_loop_throughput(config, data, 16, seed_steps, repeats)
+    log(f"seed loop, batch 16: {results['seed_loop_16']:.0f} examples/s")
+    results["torch_128"] = torch_throughput(config, data, 128, steps, repeats)
+    log(f"pytorch, batch 128: {results['torch_128']}")
+    results["epoch_seconds"] = epoch_seconds(config, data, 1 if quick else repeats)
+    log(f"epoch at batch {config.batch_size}: {results['epoch_seconds']:.1f} s")
+    results["time_to_quality"] = time_to_quality(config, data, classifier, workdir, max_epochs)
+    log(f"time to quality: {results['time_to_quality']}")
+    results["batch_size"] = config.batch_size
+    results["train_examples"] = int(len(data.train_images))
+    return results

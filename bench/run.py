@@ -1,0 +1,160 @@
+"""`make bench`: training benchmarks (and the service benchmark when present) -> BENCHMARKS.md.
+
+    python -m bench.run [--quick] [--data-dir data] [--checkpoint-dir checkpoints] [--out FILE]
+
+`--quick` is a smoke run (tiny model, synthetic data, ~1 min); its numbers mean nothing.
+The service benchmark (bench/bench_service.py) runs against --checkpoint-dir when it holds a
+checkpoint, else against the checkpoint the time-to-quality run just wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import bench_train
+
+
+def fmt(value, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def ratio(a, b) -> str:
+    return "n/a" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def training_markdown(r: dict) -> str:
+    fused = {int(k): v for k, v in r["fused"].items()}
+    ideal = r["ideal_examples_per_s"]
+    ttq = r["time_to_quality"]
+    history = ", ".join(f"epoch {e}: {a:.3f} at {s:.0f} s" for e, s, a in ttq["history"])
+    reached = (f"{ttq['seconds']:.0f} s" if ttq["seconds"] is not None
+               else f"not reached within {ttq['max_epochs']} epochs")
+    lines = [
+        f"Model: MLP {r['hidden_sizes']}, latent {r['latent_dim']}; "
+        f"{r['train_examples']} training examples; device {r['device']}.",
+        "",
+        "| measurement | examples/s | vs seed loop (b16) | vs PyTorch (b128) | of FLOP ideal |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for batch, rate in sorted(fused.items()):
+        lines.append(f"| fused chunk, batch {batch} | {fmt(rate)} | "
+                     f"{ratio(rate, r['seed_loop_16'])} | {ratio(rate, r['torch_128'])} | "
+                     f"{rate / ideal:.1%} |")
+    lines += [
+        f"| baseline (a) seed loop, batch 16 | {fmt(r['seed_loop_16'])} | 1.00x | | "
+        f"{r['seed_loop_16'] / ideal:.1%} |",
+        f"| baseline (b) PyTorch CPU, batch 128 | {fmt(r['torch_128'])} | | "
+        f"{'1.00x' if r['torch_128'] else 'skipped: torch not installed'} | |",
+        "",
+        f"- Epoch of {r['train_examples']} at batch {r['batch_size']}: "
+        f"{r['epoch_seconds']:.1f} s (training only, chunked like the loop).",
+        f"- Floor: float32 matmul {r['matmul_gflops']:.1f} GFLOP/s; model "
+        f"{r['forward_flops_per_example'] / 1e6:.2f} MFLOP forward, "
+        f"{r['train_flops_per_example'] / 1e6:.2f} MFLOP train per example -> FLOP-bound ideal "
+        f"{fmt(ideal)} examples/s; batch 512 reaches {fused[512] / ideal:.1%}.",
+        f"- Time to quality (95% conditional sample accuracy, default config, fresh start): "
+        f"{reached}. Per epoch: {history}.",
+    ]
+    return "\n".join(lines)
+
+
+def shortfalls(r: dict) -> str:
+    """The issue's targets checked against this run, with the reasons we know of."""
+    fused = {int(k): v for k, v in r["fused"].items()}
+    ideal = r["ideal_examples_per_s"]
+    rows = [("training >= 2x the seed loop at batch 16", fused[16] / r["seed_loop_16"], 2.0),
+            ("training >= 2x PyTorch at batch 128",
+             fused[128] / r["torch_128"] if r["torch_128"] else None, 2.0),
+            (">= 60% of the FLOP-bound ideal at batch 512", fused[512] / ideal, 0.6)]
+    lines = ["| target | measured | met |", "|---|---:|---|"]
+    for name, value, goal in rows:
+        met = "n/a" if value is None else ("yes" if value >= goal else "**no**")
+        shown = "n/a" if value is None else (f"{value:.0%}" if goal < 1 else f"{value:.2f}x")
+        lines.append(f"| {name} | {shown} | {met} |")
+    lines += ["", REASONS]
+    return "\n".join(lines)
+
+
+REASONS = """\
+- The FLOP-bound ideal counts only the Dense matmuls at the large-matrix GFLOP/s rate. At batch
+  512 the per-layer matmuls are small ([512, 794] x [794, 512] and similar), so they run below the
+  2048x2048 rate, and the non-matmul work the count ignores (GELU and its derivative, sigmoid
+  cross-entropy over 784 pixels, Bernoulli sampling of the binarised batch, the Adam update of
+  ~1.1 M parameters, the gather of the batch) is memory-bound elementwise work of the same order
+  as the matmuls on 2 cores. That is where the gap to the ideal goes.
+- At batch 16 a step is ~0.1 ms of maths; the seed loop pays Python dispatch, a host-side key
+  split and a host-to-device copy each step, which the fused `lax.scan` chunk removes. The ratio
+  is the measure of that overhead, not of the maths.
+- PyTorch is an optional extra (about 5.5 GB with CUDA); when it is not installed the 2x-PyTorch
+  target is not measured here.
+- Time to quality uses the default config as `make train` runs it (30-epoch cosine schedule),
+  cut at --max-epochs; if 95% is not reached, the per-epoch accuracies show how close it got.
+- Every figure shares 2 CPU cores with whatever else runs on the machine; repeat medians reduce
+  but do not remove that noise."""
+
+
+def service_bench(checkpoint_dir: str, quick: bool) -> str:
+    """Run bench/bench_service.py's main() if that file exists; its stdout is the section."""
+    if importlib.util.find_spec("bench.bench_service") is None:
+        return "_Skipped: bench/bench_service.py is not present._"
+    from bench import bench_service
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = bench_service.main(["--checkpoint-dir", checkpoint_dir]
+                                  + (["--quick"] if quick else []))
+    return out.getvalue().strip() + ("" if code == 0 else f"\n\n(exit code {code}: errors)")
+
+
+def has_checkpoint(directory: str) -> bool:
+    path = Path(directory)
+    return path.is_dir() and any(p.name.isdigit() for p in path.iterdir())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run with tiny counts")
+    parser.add_argument("--data-dir", default="data")
+    parser.add_argument("--checkpoint-dir", default="checkpoints",
+                        help="checkpoint for the service benchmark")
+    parser.add_argument("--out", default="BENCHMARKS.md")
+    parser.add_argument("--json", help="also write the raw training figures as JSON")
+    parser.add_argument("--no-service", action="store_true", help="skip the service benchmark")
+    args = parser.parse_args(argv)
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cvae-bench-") as workdir:
+        results = bench_train.run_all(args.quick, args.data_dir, workdir, log)
+        if args.no_service:
+            service = "_Skipped: --no-service._"
+        else:
+            target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
+            log(f"service benchmark against {target}")
+            service = service_bench(target, args.quick)
+    header = (f"# Benchmarks\n\nWritten by `python -m bench.run{' --quick' if args.quick else ''}`"
+              f" on {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
+              f"{platform.python_version()}, {time.perf_counter() - started:.0f} s in all. "
+              f"Medians over repeats; compile excluded.\n")
+    if args.quick:
+        header += "\n**Quick mode: tiny model and synthetic data; the numbers are meaningless.**\n"
+    text = (header + "\n## Training\n\n" + training_markdown(results) + "\n\n## Service\n\n"
+            + service + "\n")
+    text += "\n## Targets, and where we fall short\n\n" + shortfalls(results) + "\n"
+    Path(args.out).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

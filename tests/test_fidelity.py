@@ -1,0 +1,60 @@
+"""Fidelity scorer: Fréchet distance on known Gaussians; a tiny classifier trained on synthetic
+band digits scores real digits high and noise low; the classifier cache is keyed by the data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cvae import fidelity
+from synthetic import synthetic_dataset
+
+
+def test_frechet_distance_of_known_gaussians():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(20000, 2))
+    assert fidelity.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-6)
+    shifted = a + np.array([3.0, 4.0])
+    assert fidelity.frechet_distance(a, shifted) == pytest.approx(25.0, abs=1e-6)
+    # N(0, 1) vs N(0, 4) in 1-D: 1 + 4 - 2 * sqrt(1 * 4) = 1.
+    wide = rng.normal(size=(20000, 1)) * 2.0
+    assert fidelity.frechet_distance(rng.normal(size=(20000, 1)), wide) == pytest.approx(1, abs=0.1)
+
+
+@pytest.fixture(scope="module")
+def classifier_and_data(tmp_path_factory):
+    data = synthetic_dataset(num_train=512, num_test=200)
+    cache = tmp_path_factory.mktemp("classifier")
+    classifier = fidelity.load_or_train_classifier(data, cache, epochs=3, log=lambda _: None)
+    return classifier, data, cache
+
+
+def test_scorer_rates_real_digits_high_and_noise_low(classifier_and_data):
+    classifier, data, _ = classifier_and_data
+    assert classifier.test_accuracy >= 0.9
+    reference = fidelity.reference_scores(classifier, data.test_images, data.test_labels)
+    _, features = classifier.logits_and_features(data.test_images[1::2])
+    noise = np.random.default_rng(1).uniform(size=(100, 28, 28)).astype(np.float32)
+    noise_labels = np.arange(100) % 10
+    noise_scores = fidelity.score_images(classifier, noise, noise_labels, features,
+                                         data.test_labels[1::2])
+    real_scores = fidelity.score_images(classifier, data.test_images[0::2],
+                                        data.test_labels[0::2], features, data.test_labels[1::2])
+    assert real_scores["accuracy"] >= 0.9 and reference["accuracy"] >= 0.9
+    assert noise_scores["accuracy"] <= 0.3
+    assert noise_scores["fd"] > 10 * max(real_scores["fd"], 1e-3)
+    assert len(noise_scores["fd_per_digit"]) == 10
+
+
+def test_classifier_cache_is_reused_and_keyed_by_training_data(classifier_and_data):
+    classifier, data, cache = classifier_and_data
+    messages = []
+    again = fidelity.load_or_train_classifier(data, cache, epochs=3, log=messages.append)
+    assert messages == []  # loaded, not trained
+    assert again.test_accuracy == classifier.test_accuracy
+    images = np.asarray(data.test_images[:8])
+    np.testing.assert_allclose(again.logits_and_features(images)[0],
+                               classifier.logits_and_features(images)[0], rtol=1e-6)
+    other = synthetic_dataset(num_train=512, num_test=200, seed=1)
+    assert fidelity.data_checksum(other.train_images, other.train_labels) != \
+        fidelity.data_checksum(data.train_images, data.train_labels)
