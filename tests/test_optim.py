@@ -19,15 +19,16 @@ def batches(n=4, size=16):
 
 
 def train(config, steps=4, total=100):
+    """Take `steps` train steps; returns (params before and after each step, state, metrics)."""
     optimizer, schedule = create_optimizer(config, total)
     key = run_key(0)
     state, train_step = create_train_step(key, create_model(config), optimizer, config, schedule)
-    initial = jax.device_get(state.params)
-    history = []
+    snapshots, history = [jax.device_get(state.params)], []
     for batch in batches(steps):
         state, metrics = train_step(state, batch, key)
+        snapshots.append(jax.device_get(state.params))
         history.append(jax.device_get(metrics))
-    return initial, state, history
+    return snapshots, state, history
 
 
 def changed(a, b) -> dict[str, bool]:
@@ -44,9 +45,9 @@ def changed(a, b) -> dict[str, bool]:
 def test_every_optimizer_and_schedule_takes_a_finite_step(optimizer, schedule):
     config = config_lib.test().replace(optimizer=optimizer, lr_schedule=schedule, warmup_steps=1,
                                        weight_decay=1e-4, grad_clip_norm=1.0)
-    initial, state, history = train(config, steps=2)
+    snapshots, _, history = train(config, steps=2)
     assert all(np.isfinite(h["loss"]) for h in history)
-    assert any(changed(initial, jax.device_get(state.params)).values())
+    assert any(changed(snapshots[0], snapshots[-1]).values())
 
 
 @pytest.mark.parametrize("name, checks", [
@@ -65,14 +66,7 @@ def test_schedules_give_the_expected_rate_at_chosen_steps(name, checks):
 
 
 def test_multisteps_updates_every_k_micro_batches_only():
-    config = config_lib.test().replace(accumulation_steps=2)
-    optimizer, _ = create_optimizer(config, 100)
-    key = run_key(0)
-    state, train_step = create_train_step(key, create_model(config), optimizer, config)
-    snapshots = [jax.device_get(state.params)]
-    for batch in batches(4):
-        state, _ = train_step(state, batch, key)
-        snapshots.append(jax.device_get(state.params))
+    snapshots, state, _ = train(config_lib.test().replace(accumulation_steps=2), steps=4)
     moved = [any(changed(a, b).values()) for a, b in zip(snapshots, snapshots[1:])]
     assert moved == [False, True, False, True]
     assert int(state.step) == 4  # micro-batch steps
@@ -81,21 +75,14 @@ def test_multisteps_updates_every_k_micro_batches_only():
 
 def test_frozen_encoder_does_not_change():
     config = config_lib.test().replace(freeze="encoder")
-    initial, state, _ = train(config, steps=3)
-    moved = changed(initial, jax.device_get(state.params))
+    snapshots, _, _ = train(config, steps=3)
+    moved = changed(snapshots[0], snapshots[-1])
     assert moved == {"encoder": False, "decoder": True}
 
 
 def test_ema_equals_its_closed_form():
     decay = 0.9
-    config = config_lib.test().replace(ema_decay=decay)
-    optimizer, _ = create_optimizer(config, 100)
-    key = run_key(0)
-    state, train_step = create_train_step(key, create_model(config), optimizer, config)
-    params = [jax.device_get(state.params)]
-    for batch in batches(3):
-        state, _ = train_step(state, batch, key)
-        params.append(jax.device_get(state.params))
+    params, state, _ = train(config_lib.test().replace(ema_decay=decay), steps=3)
     # ema_t = decay^t * p_0 + sum_{i=1..t} (1 - decay) decay^(t-i) p_i
     expected = jax.tree.map(lambda *ps: decay ** 3 * ps[0] + sum(
         (1 - decay) * decay ** (3 - i) * ps[i] for i in range(1, 4)), *params)
