@@ -39,6 +39,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(config_lib.Config)
     choices = {"dataset": config_lib.DATASETS, "data_source": config_lib.DATA_SOURCES,
                "binarization": config_lib.BINARIZATIONS, "architecture": config_lib.ARCHITECTURES,
+               "label_conditioning": config_lib.LABEL_CONDITIONINGS,
                "activation": config_lib.ACTIVATIONS, "likelihood": config_lib.LIKELIHOODS,
                "kl_schedule": config_lib.KL_SCHEDULES, "optimizer": config_lib.OPTIMIZERS,
                "lr_schedule": config_lib.LR_SCHEDULES, "freeze": config_lib.FREEZE_OPTIONS}

@@ -18,6 +18,7 @@ ACTIVATIONS = ("relu", "gelu", "silu", "elu", "tanh", "leaky_relu")
 LIKELIHOODS = ("bernoulli", "gaussian")
 BINARIZATIONS = ("none", "dynamic")
 ARCHITECTURES = ("mlp", "conv")
+LABEL_CONDITIONINGS = ("first", "every")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 LR_SCHEDULES = ("constant", "linear", "cosine", "warmup_cosine", "warmup_linear")
 KL_SCHEDULES = ("constant", "linear")
@@ -48,6 +49,7 @@ class Config:
     hidden_sizes: tuple[int, ...] = (512, 256)
     latent_dim: int = 16
     activation: str = "gelu"
+    label_conditioning: str = "first"  # decoder: label added at the first layer, or at every one
     likelihood: str = "bernoulli"
     logvar_bound: float = 8.0  # soft clamp of log-variance to (-bound, bound): KL cannot overflow
     dropout_rate: float = 0.0
@@ -90,6 +92,7 @@ class Config:
             "data_source": DATA_SOURCES,
             "binarization": BINARIZATIONS,
             "architecture": ARCHITECTURES,
+            "label_conditioning": LABEL_CONDITIONINGS,
             "activation": ACTIVATIONS,
             "likelihood": LIKELIHOODS,
             "kl_schedule": KL_SCHEDULES,

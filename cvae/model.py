@@ -87,7 +87,11 @@ class Decoder(nn.Module):
         widths = tuple(reversed(cfg.hidden_sizes))
         h = act(nn.Dense(widths[0])(z) + nn.Dense(widths[0], use_bias=False)(onehot))
         for width in widths[1:]:
+            if cfg.label_conditioning == "every":  # the label reaches every layer, not just one
+                h = jnp.concatenate([h, onehot], axis=-1)
             h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+        if cfg.label_conditioning == "every":
+            h = jnp.concatenate([h, onehot], axis=-1)
         if cfg.architecture == "conv":
             h = act(nn.Dense(7 * 7 * 64)(h)).reshape(-1, 7, 7, 64)
             h = act(nn.ConvTranspose(32, (3, 3), strides=(2, 2))(h))  # 14x14

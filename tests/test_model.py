@@ -11,9 +11,11 @@ def param_count(params) -> int:
     return sum(x.size for x in jax.tree.leaves(params))
 
 
-@pytest.mark.parametrize("architecture", ["mlp", "conv"])
-def test_shapes_of_encode_decode_and_call(architecture):
-    config = test_config().replace(architecture=architecture)
+@pytest.mark.parametrize("architecture, conditioning", [("mlp", "first"), ("conv", "first"),
+                                                        ("mlp", "every")])
+def test_shapes_of_encode_decode_and_call(architecture, conditioning):
+    config = test_config().replace(architecture=architecture, hidden_sizes=(32, 16),
+                                   label_conditioning=conditioning)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     images = jnp.zeros((5, 784))
@@ -36,8 +38,9 @@ def test_mlp_parameter_count_follows_config():
     assert param_count(params) == encoder + decoder
 
 
-def test_label_changes_the_decoded_image():
-    config = test_config()
+@pytest.mark.parametrize("conditioning", ["first", "every"])
+def test_label_changes_the_decoded_image(conditioning):
+    config = test_config().replace(label_conditioning=conditioning, hidden_sizes=(32, 16))
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     z = jnp.zeros((2, config.latent_dim))
