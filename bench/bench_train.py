@@ -81,6 +81,23 @@ def _device_data(data: Dataset):
             jnp.asarray(data.train_labels, jnp.int32))
 
 
+def optimizer_update_ms(config, repeats: int = 50) -> float:
+    """Time of the optimizer update alone on the model's parameters: the memory-bound floor of
+    a step that no loop structure removes."""
+    model = create_model(config)
+    optimizer, _ = create_optimizer(config, 1000)
+    state, _ = create_train_step(jax.random.key(0), model, optimizer, config)
+    update = jax.jit(optimizer.update)
+    grads = jax.tree.map(jnp.ones_like, state.params)
+    jax.block_until_ready(update(grads, state.opt_state, state.params))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(update(grads, state.opt_state, state.params))
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
 def fused_throughput(config, data: Dataset, batch_size: int, steps: int, repeats: int) -> float:
     """Examples/s of `create_train_chunk`, `steps` steps in chunks of config.steps_per_call."""
     config = config.replace(batch_size=batch_size)
@@ -276,6 +293,8 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     results["train_flops_per_example"] = 3 * results["forward_flops_per_example"]
     results["ideal_examples_per_s"] = (results["matmul_gflops"] * 1e9
                                        / results["train_flops_per_example"])
+    results["param_count"] = int(sum(p.size for p in jax.tree.leaves(params)))
+    results["optimizer_update_ms"] = optimizer_update_ms(config, 5 if quick else 50)
     results["fused"] = {}
     for batch in (16, 128, 512):
         rate = fused_throughput(config, data, batch, steps, repeats)
