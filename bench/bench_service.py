@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import socket
 import statistics
@@ -33,6 +34,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 ENDPOINTS = {
     "batched": "/sample?digit=7&n=16",
@@ -47,27 +49,54 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerProcess:
+    """A server subprocess listening on 127.0.0.1:`port`."""
+
+    process: subprocess.Popen
+    port: int
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+
 @contextlib.contextmanager
-def server(checkpoint_dir: str, timeout: float = 180.0):
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "bench.bench_service", "--serve",
-                                "--checkpoint-dir", checkpoint_dir, "--port", str(port)])
-    url = f"http://127.0.0.1:{port}"
+def server_process(command: list[str], port: int, log_path: Path | None = None,
+                   timeout: float = 180.0):
+    """Runs `command` (a server that will listen on 127.0.0.1:`port`), yields a `ServerProcess`
+    once `/readyz` answers 200, and stops it (SIGTERM, then SIGKILL after 20 s) on exit.
+    Output goes to `log_path` when given (else inherited)."""
+    if log_path is not None:
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    else:
+        process = subprocess.Popen(command)
+    running = ServerProcess(process, port, log_path)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                raise SystemExit(f"server exited with code {process.returncode}")
+                raise RuntimeError(f"server exited with code {process.returncode}:\n"
+                                   f"{running.log()[-4000:]}")
             if time.monotonic() > deadline:
-                raise SystemExit(f"server not ready within {timeout} s")
+                raise RuntimeError(f"server not ready within {timeout} s:\n{running.log()[-4000:]}")
             try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=5) as reply:
+                with urllib.request.urlopen(f"{running.url}/readyz", timeout=5) as reply:
                     if reply.status == 200:
                         break
             except OSError:
                 pass
             time.sleep(0.2)
-        yield port
+        yield running
     finally:
         process.terminate()
         try:
@@ -75,6 +104,22 @@ def server(checkpoint_dir: str, timeout: float = 180.0):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def cvae_serve_command(checkpoint_dir: str | Path, port: int, *extra: str) -> list[str]:
+    """The real service: `cvae serve` on 127.0.0.1:`port`."""
+    return [sys.executable, "-m", "cvae.cli", "serve", "--checkpoint-dir", str(checkpoint_dir),
+            "--host", "127.0.0.1", "--port", str(port), *extra]
+
+
+@contextlib.contextmanager
+def server(checkpoint_dir: str, timeout: float = 180.0):
+    """The service with its bench routes, access log off; yields the port."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.bench_service", "--serve",
+               "--checkpoint-dir", checkpoint_dir, "--port", str(port)]
+    with server_process(command, port, timeout=timeout):
+        yield port
 
 
 def serve(checkpoint_dir: str, port: int) -> None:
@@ -89,52 +134,99 @@ def serve(checkpoint_dir: str, port: int) -> None:
 # ---- the load generator --------------------------------------------------------------------
 
 
-async def connection_loop(port: int, path: str, stop_at: float, budget: list[int],
-                          latencies: list[float], errors: list[str]) -> None:
-    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+@dataclasses.dataclass
+class Reply:
+    """One request's outcome. status 0: no HTTP answer (`error` says why)."""
+
+    path: str
+    status: int
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    seconds: float
+    connection: int = 0  # which of the load generator's connections sent it
+    error: str | None = None
+
+
+async def connection_loop(port: int, next_path: str | Callable[[], str], stop_at: float,
+                          budget: list[int], on_reply: Callable[[Reply], None],
+                          connection: int = 0, timeout: float = 60.0) -> None:
+    """One keep-alive HTTP/1.1 connection sending GETs back to back until `stop_at`
+    (perf_counter) or until the shared `budget` (a one-element list) is spent. `next_path` is
+    the path, or a function giving each request's path. Reconnects after an error or a
+    `Connection: close`; each request waits at most `timeout` s for its answer."""
     reader = writer = None
     while time.perf_counter() < stop_at and budget[0] > 0:
         budget[0] -= 1
+        path = next_path() if callable(next_path) else next_path
+        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
         started = time.perf_counter()
         try:
             if writer is None:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
+            head, body = await asyncio.wait_for(read_response(reader), timeout)
             status = int(head[9:12])
-            headers = head.decode("latin-1").lower()
-            length = int(headers.split("content-length:", 1)[1].split("\r\n", 1)[0])
-            await reader.readexactly(length)
-            if "connection: close" in headers:
+            headers = parse_headers(head)
+            if headers.get("connection", "").lower() == "close":
                 writer.close()
                 writer = None
-        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as error:
-            errors.append(repr(error))
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError,
+                IndexError, KeyError) as error:
+            on_reply(Reply(path, 0, {}, b"", time.perf_counter() - started, connection,
+                           repr(error)))
+            if writer is not None:
+                writer.close()
             writer = None
             continue
-        if status == 200:
-            latencies.append(time.perf_counter() - started)
-        else:
-            errors.append(f"HTTP {status}")
+        on_reply(Reply(path, status, headers, body, time.perf_counter() - started, connection))
     if writer is not None:
         writer.close()
 
 
-async def load(port: int, path: str, concurrency: int, seconds: float, max_requests: int) -> dict:
-    budget, latencies, errors = [max_requests], [], []
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(parse_headers(head)["content-length"])
+    return head, await reader.readexactly(length)
+
+
+def parse_headers(head: bytes) -> dict[str, str]:
+    lines = head.decode("latin-1").split("\r\n")[1:]
+    pairs = (line.split(":", 1) for line in lines if ":" in line)
+    return {name.strip().lower(): value.strip() for name, value in pairs}
+
+
+async def drive(port: int, next_path: str | Callable[[], str], concurrency: int, seconds: float,
+                max_requests: int, on_reply: Callable[[Reply], None]) -> float:
+    """`concurrency` connections for at most `seconds` and `max_requests` in all; returns the
+    elapsed seconds."""
     started = time.perf_counter()
     stop_at = started + seconds
-    await asyncio.gather(*(connection_loop(port, path, stop_at, budget, latencies, errors)
-                           for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
+    budget = [max_requests]
+    await asyncio.gather(*(connection_loop(port, next_path, stop_at, budget, on_reply, i)
+                           for i in range(concurrency)))
+    return time.perf_counter() - started
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+async def load(port: int, path: str, concurrency: int, seconds: float, max_requests: int) -> dict:
+    latencies, errors = [], []
+
+    def record(reply: Reply) -> None:
+        if reply.status == 200:
+            latencies.append(reply.seconds)
+        else:
+            errors.append(reply.error or f"HTTP {reply.status}")
+
+    elapsed = await drive(port, path, concurrency, seconds, max_requests, record)
     latencies.sort()
-
-    def quantile(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000 if latencies \
-            else float("nan")
-
-    return {"requests": len(latencies), "rps": len(latencies) / elapsed, "p50_ms": quantile(0.5),
-            "p99_ms": quantile(0.99), "errors": len(errors), "error_examples": errors[:3]}
+    return {"requests": len(latencies), "rps": len(latencies) / elapsed,
+            "p50_ms": quantile(latencies, 0.5) * 1000, "p99_ms": quantile(latencies, 0.99) * 1000,
+            "errors": len(errors), "error_examples": errors[:3]}
 
 
 def measure(port: int, concurrencies: list[int], seconds: float, max_requests: int,

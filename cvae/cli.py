@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--checkpoint-dir", default="checkpoints")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000)
+    serve.add_argument("--read-timeout", type=bounded(float, 0.1, 3600), default=10.0,
+                       help="seconds a client has to send a whole request (default 10)")
+    serve.add_argument("--write-timeout", type=bounded(float, 0.1, 3600), default=30.0,
+                       help="seconds a client may stop reading a response before it is cut "
+                            "off (default 30)")
     return parser
 
 
@@ -200,11 +205,10 @@ def cmd_eval(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    import uvicorn
+    from service.app import serve
 
-    from service.app import create_app
-
-    uvicorn.run(create_app(args.checkpoint_dir), host=args.host, port=args.port)
+    serve(args.checkpoint_dir, args.host, args.port, read_timeout=args.read_timeout,
+          write_timeout=args.write_timeout)
     return 0
 
 

@@ -29,12 +29,14 @@ import time
 from pathlib import Path
 from typing import Annotated
 
+import h11
 import numpy as np
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from cvae.grid import grid_shape, make_grid, png_bytes
 from cvae.config import MAX_SEED
@@ -377,6 +379,95 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0, max_ba
     if bench_routes:
         _add_bench_routes(app)
     return app
+
+
+# ---- the server ----------------------------------------------------------------------------
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the two time limits uvicorn lacks, so slow or abandoned
+    clients cost a connection for a bounded time only:
+
+    - `read_timeout`: a whole request (head and any body) must arrive within this many seconds
+      of the connection opening or of the previous response ending. uvicorn only times idle
+      keep-alive connections, and restarts that timer at every byte, so half a request head, or
+      one trickled a byte at a time, would hold the connection for ever.
+    - `write_timeout`: a client that stops reading while a response is unsent (the transport's
+      buffer above its high-water mark) is cut off after this many seconds. Without it the
+      response stays buffered (and the socket open) for as long as the client likes.
+
+    uvicorn takes a protocol class, not options, so `serve` makes a subclass with the limits set.
+    """
+
+    read_timeout: float = 10.0
+    write_timeout: float = 30.0
+
+    def connection_made(self, transport) -> None:
+        self._read_timer = self._write_timer = None
+        super().connection_made(transport)
+        self._await_request()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._request_received():
+            self._read_timer = _cancel(self._read_timer)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self._request_received():
+            self._await_request()  # the next request's clock starts now
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.write_timeout, self._write_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._write_timer = _cancel(self._write_timer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._read_timer = _cancel(self._read_timer)
+        self._write_timer = _cancel(self._write_timer)
+        super().connection_lost(exc)
+
+    def _request_received(self) -> bool:
+        return self.conn.their_state not in (h11.IDLE, h11.SEND_BODY)
+
+    def _await_request(self) -> None:
+        _cancel(self._read_timer)
+        self._read_timer = self.loop.call_later(self.read_timeout, self._read_timed_out)
+
+    def _read_timed_out(self) -> None:
+        self._read_timer = None
+        if not self._request_received() and not self.transport.is_closing():
+            log.info("closing a connection from %s: no complete request within %g s",
+                     self.client, self.read_timeout)
+            self.transport.close()
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        log.info("dropping a connection to %s: it read nothing for %g s", self.client,
+                 self.write_timeout)
+        self.transport.abort()  # close() would wait for the buffer to drain
+
+
+def _cancel(timer: asyncio.TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()
+
+
+def serve(checkpoint_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, *,
+          read_timeout: float = 10.0, write_timeout: float = 30.0, keep_alive: int = 5,
+          access_log: bool = True, log_level: str = "info", **app_options) -> None:
+    """Run the service under uvicorn (what `cvae serve` does) with bounded client timing:
+    see `BoundedH11Protocol`; `keep_alive` is uvicorn's idle keep-alive timeout."""
+    import uvicorn
+
+    protocol = type("BoundedH11Protocol", (BoundedH11Protocol,),
+                    {"read_timeout": read_timeout, "write_timeout": write_timeout})
+    uvicorn.run(create_app(checkpoint_dir, **app_options), host=host, port=port, http=protocol,
+                timeout_keep_alive=keep_alive, access_log=access_log, log_level=log_level)
 
 
 def _install_sighup(watcher: CheckpointWatcher) -> bool:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,42 +12,9 @@ from PIL import Image
 
 from cvae.callbacks import Checkpointer
 from cvae.loop import train_and_evaluate
+from servers import cvae_serve
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def cvae_serve(checkpoint_dir: Path, log_path: Path, timeout: float = 120.0):
-    """Yields the base URL of a `cvae serve` subprocess once /readyz answers 200."""
-    port = free_port()
-    command = [sys.executable, "-m", "cvae.cli", "serve", "--checkpoint-dir", str(checkpoint_dir),
-               "--host", "127.0.0.1", "--port", str(port)]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert process.poll() is None, f"server exited:\n{log_path.read_text()}"
-            assert time.monotonic() < deadline, f"not ready in {timeout} s:\n{log_path.read_text()}"
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def test_real_server_serves_pngs_and_swaps_checkpoints_without_failing(tmp_path, trained_run):
