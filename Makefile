@@ -39,5 +39,8 @@ eval: data
 bench: data
 	$(BIN)/python -m bench.run $(ARGS)
 
+soak: setup
+	$(BIN)/python -m bench.soak $(ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info

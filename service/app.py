@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import h11
 import numpy as np
@@ -36,6 +36,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from cvae.grid import grid_shape, make_grid, png_bytes
@@ -62,6 +63,59 @@ PARAMETER_RULES = {
     "temperature": "a number with 0 < temperature <= 2",
     "scale": "an integer in 1..8",
     "pad": "an integer in 0..8",
+}
+
+
+# ---- response shapes, for the OpenAPI schema (/docs, and what fuzzing checks replies against) --
+
+
+class ParameterProblem(BaseModel):
+    loc: list[str | int] = Field(description='where, e.g. ["query", "digit"]')
+    msg: str
+    type: str
+    input: Any = None
+
+
+class BadParameters(BaseModel):
+    """422: every bad parameter, named with its allowed range."""
+
+    message: str = Field(description="one sentence per bad parameter: name, allowed range, "
+                                     "value given")
+    detail: list[ParameterProblem]
+
+
+class Unavailable(BaseModel):
+    """503: not ready (where it looked, and `make train`), or busy / too slow: retry."""
+
+    detail: str
+
+
+class NotReady(Unavailable):
+    status: Literal["not ready"]
+    checkpoint_dir: str
+
+
+class Ready(BaseModel):
+    status: Literal["ready"]
+    step: int
+    checkpoint_dir: str
+    config: dict[str, Any]
+    note: str | None = Field(description="e.g. newer checkpoints that could not be read")
+    loaded_at: float = Field(description="Unix time the step was loaded")
+
+
+RETRY_AFTER_HEADER = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
+SAMPLE_RESPONSES = {
+    200: {"description": "PNG grid (8-bit grayscale)",
+          "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+          "headers": {"X-Checkpoint-Step": {"description": "the step whose weights drew it",
+                                            "schema": {"type": "integer"}},
+                      "X-Seed": {"description": "the seed used, also when drawn at random",
+                                 "schema": {"type": "integer"}}}},
+    422: {"model": BadParameters, "description": "a parameter is out of range, or the grid "
+                                                 "would be too large"},
+    503: {"model": Unavailable, "headers": RETRY_AFTER_HEADER,
+          "description": "no checkpoint yet, or busy: retry after Retry-After seconds"},
 }
 
 
@@ -315,10 +369,7 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0, max_ba
     app.state.metrics = metrics
     index_html = (STATIC_DIR / "index.html").read_text()
 
-    @app.get("/sample", response_class=Response,
-             responses={200: {"content": {"image/png": {}}, "description": "PNG grid"},
-                        422: {"description": "a parameter is out of range"},
-                        503: {"description": "no checkpoint yet, or busy"}})
+    @app.get("/sample", response_class=Response, responses=SAMPLE_RESPONSES)
     async def sample(request: Request, params: Annotated[SampleParams, Depends(sample_params)]):
         """A PNG grid of generated digits (8-bit grayscale; layout as torchvision make_grid)."""
         loaded = request.app.state.watcher.current
@@ -349,12 +400,14 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0, max_ba
             "X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
             "Cache-Control": "no-store"})
 
-    @app.get("/healthz")
+    @app.get("/healthz", responses={200: {"content": {"application/json": {"schema": {
+        "type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]}}}}})
     async def healthz():
         """The process is alive (says nothing about the model)."""
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get("/readyz", response_model=None,
+             responses={200: {"model": Ready}, 503: {"model": NotReady}})
     async def readyz(request: Request):
         """200 once a checkpoint is loaded and compiled: its step and config; else 503."""
         watcher = request.app.state.watcher
@@ -366,7 +419,9 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0, max_ba
                 "config": config_summary(loaded), "note": watcher.note,
                 "loaded_at": loaded.loaded_at}
 
-    @app.get("/metrics", response_class=Response)
+    @app.get("/metrics", response_class=Response, responses={200: {
+        "description": "Prometheus text exposition format",
+        "content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def prometheus_metrics(request: Request):
         """Prometheus text format: requests by status, latency, batch sizes, checkpoint step."""
         metrics.queue_depth.set(request.app.state.batcher.depth)
