@@ -350,6 +350,13 @@ def churn(server: ServerProcess, config, data, directory: Path, seconds: float,
         writer.stop()
     if writer.error is not None:
         raise RuntimeError(f"the checkpoint writer failed: {writer.error!r}")
+    # The load goes on (up to 10 s) until the server picked up the newest step written, so the
+    # seeded bodies served under load at that step can be compared with a quiet fetch below.
+    newest = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    settle_until = time.perf_counter() + 10.0
+    while newest not in tally.steps and time.perf_counter() < settle_until:
+        run_load(server, 1.0, concurrency, tally, next_path, max_requests)
+    elapsed = time.perf_counter() - started
     # The last step the server saw, fetched at a quiet time: compare with what the load got.
     last_step = max(tally.steps) if tally.steps else first_step
     after = asyncio.run(quiet_references(server.port, seeded))

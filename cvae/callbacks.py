@@ -122,7 +122,8 @@ class ProgressBar(Callback):
 
     def on_eval_end(self, run, metrics):
         self.bar.write(f"epoch {run.epoch + 1} step {run.step}: test loss {metrics['loss']:.2f} "
-                       f"(reconstruction {metrics['reconstruction']:.2f}, KL {metrics['kl']:.2f})")
+                       f"(reconstruction {metrics['reconstruction']:.2f}, KL {metrics['kl']:.2f}; "
+                       f"-ELBO {metrics['neg_elbo']:.2f} nats)")
 
     def on_fit_end(self, run):
         if self.bar is not None:
@@ -209,7 +210,9 @@ class Checkpointer(Callback):
     def on_fit_end(self, run):
         if self.manager is None:
             return
-        if run.step != self.saved_step and run.step > 0 and not run.extras.get("nan"):
+        # A resumed run that had nothing left to do already has its step on disk.
+        on_disk = run.step == self.saved_step or run.step in self.manager.all_steps()
+        if not on_disk and run.step > 0 and not run.extras.get("nan"):
             self.save(run, None)
         self.manager.close()
 

@@ -33,6 +33,16 @@ class CheckpointError(RuntimeError):
     """No usable checkpoint; the message says where we looked and what to do."""
 
 
+class _DropReadOnlyNotice(logging.Filter):
+    """Orbax warns whenever a manager is opened read-only; readers do that on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Given directory is read only")
+
+
+logging.getLogger("absl").addFilter(_DropReadOnlyNotice())
+
+
 def _best_metric(metrics: dict) -> float:
     return float(metrics[BEST_METRIC])
 
