@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="skip the classifier-based sample scores")
     evaluate.add_argument("--classifier-dir", help="classifier cache (default DATA_DIR/classifier)")
     evaluate.add_argument("--report-dir", help="where the report PNGs go (default: beside --json)")
+    evaluate.add_argument("--baseline-dir", metavar="DIR",
+                          help="also score the samples of the checkpoint in DIR (e.g. a "
+                               "`--preset seed` run) in the same run, and their FD ratio")
 
     serve = commands.add_parser("serve", help="serve /sample over HTTP")
     serve.add_argument("--checkpoint-dir", default="checkpoints")

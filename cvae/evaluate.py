@@ -21,6 +21,7 @@ raise it with --iwae-k-marginal when time allows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -33,6 +34,7 @@ import numpy as np
 
 from cvae import fidelity, iwae, reports
 from cvae.checkpoint import load_checkpoint
+from cvae.config import ConfigError
 from cvae.data import load_dataset
 from cvae.model import NUM_CLASSES, create_model
 from cvae.sampling import create_sampler
@@ -91,27 +93,47 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
-def fidelity_metrics(checkpoint, data, images_u8, labels, options: EvalOptions,
-                     classifier_dir: str | None) -> dict:
-    classifier = fidelity.load_or_train_classifier(
-        data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
-    # Samples and the reference half are compared with the same (odd-indexed) half of the test
-    # set, at about the same size, so the Fréchet distances share their small-sample bias.
-    _, reference_features = classifier.logits_and_features(images_u8[1::2])
+def sample_scores(checkpoint, classifier, reference_features, reference_labels,
+                  options: EvalOptions) -> dict:
+    """The checkpoint's samples (`samples_per_digit` per label, `options.seed`) scored."""
     sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
                              checkpoint.state.eval_variables(), checkpoint.step, block_rows=500)
     samples = sampler.sample_images(None, options.samples_per_digit, options.seed)
     sample_labels = np.repeat(np.arange(NUM_CLASSES), options.samples_per_digit)
     scores = fidelity.score_images(classifier, samples, sample_labels, reference_features,
-                                   labels[1::2])
-    return {"classifier": {"test_accuracy": classifier.test_accuracy, **{
-                k: v for k, v in classifier.meta.items() if k != "test_accuracy"}},
-            "samples": {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0},
-            "real": fidelity.reference_scores(classifier, images_u8, labels)}
+                                   reference_labels)
+    return {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0}
+
+
+def fidelity_metrics(checkpoint, data, images_u8, labels, options: EvalOptions,
+                     classifier_dir: str | None, baseline=None) -> dict:
+    classifier = fidelity.load_or_train_classifier(
+        data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
+    # Samples and the reference half are compared with the same (odd-indexed) half of the test
+    # set, at about the same size, so the Fréchet distances share their small-sample bias.
+    _, reference_features = classifier.logits_and_features(images_u8[1::2])
+    scored = functools.partial(sample_scores, classifier=classifier,
+                               reference_features=reference_features,
+                               reference_labels=labels[1::2], options=options)
+    result = {"classifier": {"test_accuracy": classifier.test_accuracy, **{
+                  k: v for k, v in classifier.meta.items() if k != "test_accuracy"}},
+              "samples": scored(checkpoint),
+              "real": fidelity.reference_scores(classifier, images_u8, labels)}
+    if baseline is not None:
+        # Scored in the same run (same classifier, reference half and seed), so the ratio is
+        # free of run-to-run differences.
+        theirs = scored(baseline)
+        ratio = result["samples"]["fd"] / theirs["fd"]
+        result["baseline"] = {"step": baseline.step, "config": baseline.config.to_dict(),
+                              "samples": theirs, "fd_ratio": ratio,
+                              "fd_at_most_a_quarter": bool(ratio <= 0.25)}
+    return result
 
 
 def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
-                        classifier_dir: str | None) -> dict:
+                        classifier_dir: str | None, baseline=None) -> dict:
+    """Every figure for `checkpoint`; `baseline` (another checkpoint) gets its samples scored
+    beside ours."""
     limit = options.test_limit or len(data.test_labels)
     images_u8, labels = data.test_images[:limit], np.asarray(data.test_labels[:limit])
     config = checkpoint.config
@@ -121,7 +143,7 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     results.update(iwae_metrics(checkpoint, images_u8, labels, options))
     if options.fidelity:
         results["fidelity"] = fidelity_metrics(checkpoint, data, images_u8, labels, options,
-                                               classifier_dir)
+                                               classifier_dir, baseline)
     return results
 
 
@@ -158,6 +180,13 @@ def summary_table(results: dict) -> str:
                          f"{real['accuracy_per_digit'][digit]:>11.4f}"
                          f"   FD {samples['fd_per_digit'][digit]:>7.2f}"
                          f"{real['fd_per_digit'][digit]:>8.2f}")
+        if "baseline" in fid:
+            base = fid["baseline"]
+            lines.append(f"  baseline (step {base['step']}): accuracy "
+                         f"{base['samples']['accuracy']:.4f}, Fréchet dist. "
+                         f"{base['samples']['fd']:.2f}; ours / baseline FD = "
+                         f"{base['fd_ratio']:.3f} (target <= 0.25: "
+                         f"{'met' if base['fd_at_most_a_quarter'] else 'NOT met'})")
     if "reports" in results:
         lines.append(f"  reports: {', '.join(results['reports'].values())}")
     return "\n".join(lines)
@@ -183,10 +212,14 @@ def options_from_args(args) -> EvalOptions:
 
 def run_eval(args) -> int:
     options = options_from_args(args)
+    if args.baseline_dir and not options.fidelity:
+        raise ConfigError("--baseline-dir: compares sample fidelity, so it cannot go with "
+                          "--no-fidelity")
     checkpoint = load_checkpoint(args.checkpoint_dir)
     data = load_dataset(args.data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
     classifier_dir = options.classifier_dir or str(Path(args.data_dir) / "classifier")
-    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir)
+    baseline = load_checkpoint(args.baseline_dir) if args.baseline_dir else None
+    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir, baseline)
     report_dir = options.report_dir or (str(Path(args.json).parent) if args.json else None)
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)

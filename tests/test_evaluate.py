@@ -60,3 +60,27 @@ def test_eval_of_empty_directory_is_one_line_error(tmp_path, capsys):
                  str(tmp_path)])
     assert code != 0
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_eval_scores_a_baseline_in_the_same_run(trained_run, tmp_path, capsys):
+    """--baseline-dir: the baseline's samples scored with the same classifier and reference,
+    and the FD ratio; scoring the run against itself gives exactly 1."""
+    data_dir = tmp_path / "data"
+    write_synthetic_idx(data_dir, num_train=512, num_test=64)
+    out = tmp_path / "eval.json"
+    code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
+                 str(data_dir), "--json", str(out), "--iwae-k", "0", "--samples-per-digit", "6",
+                 "--baseline-dir", str(trained_run.directory), "--report-dir",
+                 str(tmp_path / "reports")])
+    assert code == 0
+    assert "ours / baseline FD = 1.000" in capsys.readouterr().out
+    fid = json.loads(out.read_text())["fidelity"]
+    assert fid["baseline"]["samples"] == fid["samples"]
+    assert fid["baseline"]["fd_ratio"] == 1.0 and not fid["baseline"]["fd_at_most_a_quarter"]
+
+
+def test_eval_baseline_needs_fidelity(trained_run, tmp_path, capsys):
+    code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
+                 str(tmp_path), "--no-fidelity", "--baseline-dir", str(trained_run.directory)])
+    assert code != 0
+    assert "--baseline-dir" in capsys.readouterr().err
