@@ -8,7 +8,7 @@ CHECKPOINT_DIR ?= checkpoints
 BASELINE_DIR ?= checkpoints-seed
 ARGS ?=
 
-.PHONY: setup data train test serve sample eval quality bench soak clean
+.PHONY: setup data train test serve sample eval quality bench torch-cpu soak clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,12 @@ quality: train
 
 bench: data
 	$(BIN)/python -m bench.run $(ARGS)
+
+# PyTorch for the benchmark's baseline (b) only: torch's CPU build, no torchvision (the `torch`
+# extra is for torchvision's datasets). pip takes it from a local wheel where the machine has
+# one (ours does); elsewhere it may download a CUDA build of several GB.
+torch-cpu: setup
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
 
 soak: setup
 	$(BIN)/python -m bench.soak $(ARGS)
