@@ -282,7 +282,7 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
         data = load_dataset(data_dir, config.dataset, config.data_source)
         steps, repeats, seed_steps = 400, 3, 400
         classifier = load_or_train_classifier(data, f"{data_dir}/classifier", log=log)
-        max_epochs = 10
+        max_epochs = config.epochs  # the whole default run at most; it stops at the target
     results = {"quick": quick, "device": str(jax.devices()[0].platform),
                "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim}
     results["matmul_gflops"] = matmul_gflops(512 if quick else 2048)

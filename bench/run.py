@@ -103,10 +103,11 @@ REASONS = """\
   cross-entropy over 784 pixels, Bernoulli sampling of the binarised batch, the Adam update of
   ~1.1 M parameters, the gather of the batch) is memory-bound elementwise work of the same order
   as the matmuls on 2 cores. That is where the gap to the ideal goes.
-- PyTorch is an optional extra (about 5.5 GB with CUDA); when it is not installed the 2x-PyTorch
-  target is not measured here.
-- Time to quality uses the default config as `make train` runs it (30-epoch cosine schedule),
-  cut at --max-epochs; if 95% is not reached, the per-epoch accuracies show how close it got.
+- PyTorch is optional (`make torch-cpu` installs its CPU build); when it is not installed the
+  2x-PyTorch target is not measured.
+- Time to quality runs the default config as `make train` does (its warm-up + cosine schedule
+  over all its epochs) and stops at the first epoch whose samples reach 95%; if none does, the
+  per-epoch accuracies show how close it got.
 - Every figure shares 2 CPU cores with whatever else runs on the machine; repeat medians reduce
   but do not remove that noise."""
 
