@@ -111,13 +111,21 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
             new_state = new_state.replace(batch_stats=updates["batch_stats"])
         if config.ema_decay > 0:
             new_state = new_state.replace(ema_params=ema_update(
-                state.ema_params, new_state.params, config.ema_decay))
+                state.ema_params, new_state.params, ema_decay_at(new_state.step,
+                                                                 config.ema_decay)))
         metrics = {**terms, "grad_norm": optax.tree.norm(grads), "kl_weight": kl_weight}
         if learning_rate_fn is not None:
             metrics["learning_rate"] = learning_rate_fn(state.step // config.accumulation_steps)
         return new_state, metrics
 
     return state, jax.jit(train_step, donate_argnums=0)
+
+
+def ema_decay_at(updates, decay: float):
+    """The decay after `updates` updates: min(decay, (1 + t) / (10 + t)), the warm-up of
+    TensorFlow's ExponentialMovingAverage. Without it the average of a short run stays close to
+    the random initial weights (0.999 keeps 25% of them after 1400 steps)."""
+    return jnp.minimum(decay, (1.0 + updates) / (10.0 + updates))
 
 
 def ema_update(ema, params, decay: float):

@@ -6,7 +6,7 @@ import pytest
 from cvae import config as config_lib
 from cvae.model import create_model
 from cvae.optim import create_kl_weight_schedule, create_learning_rate_schedule, create_optimizer
-from cvae.train import create_train_step, ema_update, run_key, to_batch
+from cvae.train import create_train_step, ema_decay_at, ema_update, run_key, to_batch
 from synthetic import synthetic_dataset
 
 
@@ -83,11 +83,15 @@ def test_frozen_encoder_does_not_change():
 def test_ema_equals_its_closed_form():
     decay = 0.9
     params, state, _ = train(config_lib.test().replace(ema_decay=decay), steps=3)
-    # ema_t = decay^t * p_0 + sum_{i=1..t} (1 - decay) decay^(t-i) p_i
-    expected = jax.tree.map(lambda *ps: decay ** 3 * ps[0] + sum(
-        (1 - decay) * decay ** (3 - i) * ps[i] for i in range(1, 4)), *params)
+    # ema_0 = p_0, ema_t = d_t ema_(t-1) + (1 - d_t) p_t with the warm-up d_t = (1 + t) / (10 + t)
+    # (below 0.9 for t < 80): ema_3 = d3 d2 d1 p0 + d3 d2 (1-d1) p1 + d3 (1-d2) p2 + (1-d3) p3.
+    d1, d2, d3 = 2 / 11, 3 / 12, 4 / 13
+    expected = jax.tree.map(lambda p0, p1, p2, p3: d3 * d2 * d1 * p0 + d3 * d2 * (1 - d1) * p1
+                            + d3 * (1 - d2) * p2 + (1 - d3) * p3, *params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
                  jax.device_get(state.ema_params), expected)
+    np.testing.assert_allclose([ema_decay_at(t, decay) for t in (1, 80, 81, 10_000)],
+                               [2 / 11, 0.9, 0.9, 0.9], rtol=1e-6)
     np.testing.assert_allclose(ema_update(jnp.ones(2), jnp.zeros(2), 0.9), [0.9, 0.9])
 
 
