@@ -71,6 +71,20 @@ def test_train_again_resumes_and_continues_the_step_count(trained):
     assert "trained to step 60" in result.stdout
 
 
+def test_train_on_a_finished_run_does_nothing_and_keeps_the_checkpoint(trained):
+    root, _ = trained
+    args = ("train", "--data-dir", root / "data", "--checkpoint-dir", root / "ck",
+            "--train-limit", 512, "--max-steps", 60, "--batch-size", 16, "--hidden-sizes",
+            "64,32", "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 10,
+            "--eval-batch-size", 100, "--no-progress")
+    assert cvae(*args).returncode == 0  # at step 60, whichever test ran first
+    before = {p: p.stat().st_mtime_ns for p in (root / "ck" / "60").rglob("*")}
+    result = cvae(*args)  # used to fail: Orbax refused to save step 60 a second time
+    assert result.returncode == 0, result.stderr
+    assert "nothing to do" in result.stdout and "already at step 60 of 60" in result.stdout
+    assert {p: p.stat().st_mtime_ns for p in (root / "ck" / "60").rglob("*")} == before
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["sample", "--digit", "10", "--out", "x.png"], "--digit: 10 is outside [0, 9]"),
     (["sample", "--digit", "seven", "--out", "x.png"], "--digit: 'seven' is not a valid int"),
