@@ -25,7 +25,9 @@ data: setup
 train: data
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
+# Lint first (seconds), then the suite.
 test: setup
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(ARGS)
 
 serve: setup

@@ -33,22 +33,8 @@ from cvae.data import Dataset
 from cvae.losses import vae_loss
 from cvae.model import create_model
 from cvae.optim import create_optimizer
+from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_chunk, create_train_step, epoch_permutation, maybe_binarize
-
-
-def synthetic_data(num_train: int, num_test: int, seed: int = 0) -> Dataset:
-    """Digit d lights up a band of rows on faint noise: learnable in a few steps."""
-    rng = np.random.default_rng(seed)
-
-    def make(n):
-        labels = rng.integers(0, 10, n).astype(np.int32)
-        images = rng.integers(0, 40, size=(n, 28, 28), dtype=np.uint8)
-        for i, digit in enumerate(labels):
-            images[i, 2 * digit + 4:2 * digit + 8, 4:24] = 230
-        return images, labels
-
-    train, test = make(num_train), make(num_test)
-    return Dataset(*train, *test, name="mnist")
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -273,7 +259,7 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
 
     if quick:
         config = config_lib.test().replace(steps_per_call=10)
-        data = synthetic_data(2048, 256)
+        data = synthetic_dataset(2048, 256)
         steps, repeats, seed_steps = 20, 2, 20
         classifier = load_or_train_classifier(data, None, epochs=1, log=log)
         max_epochs = 1

@@ -18,11 +18,11 @@ all of that lives here.
 from __future__ import annotations
 
 import dataclasses
-from errno import ENOSPC
 import json
 import math
 import shutil
 import time
+from errno import ENOSPC
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +30,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
-from cvae.checkpoint import CheckpointError, create_manager, save_checkpoint
+from cvae.checkpoint import create_manager, save_checkpoint
+from cvae.errors import CheckpointError
 from cvae.grid import make_grid, save_png
 from cvae.model import create_model
 from cvae.sampling import create_sampler
@@ -50,7 +51,9 @@ class Run:
     epoch: int = 0
     stop_reason: str | None = None
     exit_code: int = 0
-    extras: dict = dataclasses.field(default_factory=dict)
+    # Set by NanGuard when a step produced a non-finite value: the loop then skips the epoch's
+    # evaluation and the Checkpointer saves nothing after it.
+    non_finite: bool = False
 
     def request_stop(self, reason: str, exit_code: int = 0) -> None:
         if self.stop_reason is None:
@@ -94,7 +97,7 @@ class NanGuard(Callback):
             values = np.asarray(metrics.get(term, []))
             bad = np.flatnonzero(~np.isfinite(values))
             if bad.size:
-                run.extras["nan"] = True
+                run.non_finite = True
                 run.request_stop(
                     f"non-finite {term} ({values[bad[0]]}) at step {first_step + int(bad[0]) + 1}; "
                     f"the last good checkpoint is kept in {run.checkpoint_dir}", exit_code=3)
@@ -212,7 +215,7 @@ class Checkpointer(Callback):
             return
         # A resumed run that had nothing left to do already has its step on disk.
         on_disk = run.step == self.saved_step or run.step in self.manager.all_steps()
-        if not on_disk and run.step > 0 and not run.extras.get("nan"):
+        if not on_disk and run.step > 0 and not run.non_finite:
             self.save(run, None)
         self.manager.close()
 

@@ -1,5 +1,9 @@
 """Self-describing Orbax checkpoints: train state + config JSON + metrics, one step per folder.
 
+Also where a run starts from (`start_state`): the newest readable checkpoint if its config
+agrees (resume), a fresh state with the previous run set aside (`--fresh`), or another run's
+weights (`--init-from`).
+
 Retention is "the latest `keep` and the best 1 by test loss", written as an explicit Orbax
 preservation policy: with plain `max_to_keep` + `best_fn`, Orbax keeps only the best N and may
 delete the newest step (orbax #526). Saves are synchronous and atomic (Orbax writes to a
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,7 +24,8 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
-from cvae.config import Config
+from cvae.config import RESUMABLE_CHANGES, Config
+from cvae.errors import CheckpointError, ResumeError
 from cvae.model import create_model
 from cvae.optim import create_optimizer
 
@@ -27,10 +33,6 @@ log = logging.getLogger(__name__)
 
 ITEMS = ("state", "config", "metrics")
 BEST_METRIC = "loss"
-
-
-class CheckpointError(RuntimeError):
-    """No usable checkpoint; the message says where we looked and what to do."""
 
 
 class _DropReadOnlyNotice(logging.Filter):
@@ -157,3 +159,78 @@ def load_checkpoint(directory: str | Path, step: int | None = None) -> Checkpoin
         return found[1]
     finally:
         manager.close()
+
+
+# ---- where a run starts from ---------------------------------------------------------------
+
+
+def start_state(state, config: Config, checkpoint_dir: str | Path, fresh: bool = False,
+                init_from: str | Path | None = None):
+    """The state a run in `checkpoint_dir` starts from; `state` is a freshly initialised one.
+
+    `init_from` first copies another run's weights into it; then, unless `fresh`, the newest
+    readable checkpoint of `checkpoint_dir` replaces it (`resume_state`). With `fresh`, the
+    previous run there is moved aside, never deleted.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    if init_from is not None:
+        state = initialise_from(state, init_from)
+    if fresh:
+        set_aside_previous_run(checkpoint_dir)
+        return state
+    return resume_state(checkpoint_dir, state, config)
+
+
+def resume_state(checkpoint_dir: Path, state, config: Config):
+    """The newest readable checkpoint's state if its config agrees, else `state` (fresh start).
+
+    A different config in any field outside RESUMABLE_CHANGES is a ResumeError listing the
+    fields. Steps newer than the one restored that fail to read are moved aside.
+    """
+    resumable = tuple(f for f in config.to_dict() if f not in RESUMABLE_CHANGES)
+
+    def restore(step: int):
+        differences = read_config(manager, step).diff(config, resumable)
+        if differences:
+            listed = ", ".join(f"{k}: checkpoint {a!r} vs requested {b!r}"
+                               for k, (a, b) in differences.items())
+            raise ResumeError(f"{checkpoint_dir} holds a run with a different config ({listed}); "
+                              f"pass --fresh to start over there, or use another --checkpoint-dir")
+        return restore_state(manager, step, state)[0]
+
+    manager = create_manager(checkpoint_dir, read_only=True)
+    try:
+        found = restore_newest_readable(manager, restore)
+        unreadable = [s for s in manager.all_steps() if found is None or s > found[0]]
+    finally:
+        manager.close()
+    for step in unreadable:  # moved aside, not deleted: training will write these steps again
+        target = checkpoint_dir / f"unreadable-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        (checkpoint_dir / str(step)).rename(target)
+        log.warning("moved unreadable checkpoint step %d to %s", step, target)
+    return state if found is None else found[1]
+
+
+def set_aside_previous_run(checkpoint_dir: Path) -> Path | None:
+    """`--fresh` keeps the old run: its steps, logs and grids move to `replaced-<time>/`."""
+    if not checkpoint_dir.is_dir():
+        return None
+    previous = [p for p in checkpoint_dir.iterdir()
+                if p.name.isdigit() or p.name in ("metrics.jsonl", "samples", "samples_latest.png")]
+    if not previous:
+        return None
+    archive = checkpoint_dir / time.strftime("replaced-%Y%m%d-%H%M%S")
+    archive.mkdir()
+    for path in previous:
+        path.rename(archive / path.name)
+    log.warning("--fresh: moved the previous run in %s to %s", checkpoint_dir, archive)
+    return archive
+
+
+def initialise_from(state, source_dir: str | Path):
+    """Copy parameters (and BatchNorm statistics) from another run, e.g. to fine-tune a part."""
+    source = load_checkpoint(source_dir)
+    params = source.state.params
+    return state.replace(params=params, batch_stats=source.state.batch_stats,
+                         ema_params=params if state.ema_params is not None else None,
+                         opt_state=state.tx.init(params))

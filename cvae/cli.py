@@ -1,8 +1,10 @@
 """The `cvae` console script: data, train, sample, eval, serve.
 
-Every config field is a `cvae train` flag (underscores become dashes), so `cvae train --help`
-is the full list of knobs. User mistakes end as one line on stderr and a non-zero exit code;
-only genuine bugs show a traceback.
+Every config field is a `cvae train` flag (underscores become dashes), with the field's doc as
+its help, so `cvae train --help` is the full list of knobs. User mistakes end as one line on
+stderr and a non-zero exit code; only genuine bugs show a traceback. Only the standard library
+and `cvae.config`/`cvae.limits`/`cvae.errors` load before a command runs, so `--help` and user
+errors answer at once.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
-from cvae.config import MAX_SEED
+from cvae import limits
+from cvae.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
 
@@ -30,33 +33,36 @@ def bounded(kind: type, low=None, high=None, low_open: bool = False):
         too_low = low is not None and (value <= low if low_open else value < low)
         if too_low or (high is not None and value > high):
             left = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(f"{value} is outside {left}{low}, {high}]")
+            raise argparse.ArgumentTypeError(
+                f"{value} is outside {left}{_number(low)}, {_number(high)}]")
         return value
     return parse
 
 
+def _number(x) -> str:
+    """2.0 -> "2"; ints and None as they are."""
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    hints = typing.get_type_hints(config_lib.Config)
-    choices = {"dataset": config_lib.DATASETS, "data_source": config_lib.DATA_SOURCES,
-               "binarization": config_lib.BINARIZATIONS, "architecture": config_lib.ARCHITECTURES,
-               "label_conditioning": config_lib.LABEL_CONDITIONINGS,
-               "activation": config_lib.ACTIVATIONS, "likelihood": config_lib.LIKELIHOODS,
-               "kl_schedule": config_lib.KL_SCHEDULES, "optimizer": config_lib.OPTIMIZERS,
-               "lr_schedule": config_lib.LR_SCHEDULES, "freeze": config_lib.FREEZE_OPTIONS}
-    group = parser.add_argument_group("config (defaults from --preset)")
+    """One flag per config field, its help the field's doc; choices come from its Literal type."""
+    group = parser.add_argument_group("config (defaults from --preset; shown: the default preset)")
+    default = config_lib.default()
     for field in dataclasses.fields(config_lib.Config):
         flag = "--" + field.name.replace("_", "-")
-        hint = hints[field.name]
-        default = getattr(config_lib.default(), field.name)
+        hint = config_lib.HINTS[field.name]
+        value = getattr(default, field.name)
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+        help_text = f"{config_lib.field_doc(field.name)} (default {shown})"
         if hint is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                               help=f"(default {default})")
-        elif field.name in choices:
-            group.add_argument(flag, choices=choices[field.name], default=None,
-                               help=f"(default {default})")
+                               help=help_text)
+        elif field.name in config_lib.CHOICES:
+            group.add_argument(flag, choices=config_lib.CHOICES[field.name], default=None,
+                               help=help_text)
         else:
             metavar = "N,N,..." if typing.get_origin(hint) is tuple else field.name.upper()
-            group.add_argument(flag, default=None, metavar=metavar, help=f"(default {default})")
+            group.add_argument(flag, default=None, metavar=metavar, help=help_text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,14 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     data = commands.add_parser("data", help="prepare MNIST IDX files under --data-dir (offline)")
-    data.add_argument("--data-dir", default="data")
-    data.add_argument("--dataset", choices=config_lib.DATASETS, default="mnist")
+    data.add_argument("--data-dir", default="data", help="where the IDX files go (default data)")
+    data.add_argument("--dataset", choices=config_lib.CHOICES["dataset"], default="mnist",
+                      help="which dataset to prepare (default mnist)")
 
     train = commands.add_parser("train", help="train (resumes from the latest checkpoint)")
-    train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default")
-    train.add_argument("--checkpoint-dir", default="checkpoints")
-    train.add_argument("--data-dir", default="data")
-    train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+    train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default",
+                       help="the config the flags below change (default: default)")
+    train.add_argument("--checkpoint-dir", default="checkpoints",
+                       help="where checkpoints, metrics and grids go; resumes from the latest "
+                            "checkpoint there (default checkpoints)")
+    train.add_argument("--data-dir", default="data", help="where the IDX files are (default data)")
+    train.add_argument("--fresh", action="store_true",
+                       help="start over: move the previous run aside to replaced-<time>/")
     train.add_argument("--init-from", metavar="DIR", help="start from another run's weights")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
@@ -79,19 +90,32 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(train)
 
     sample = commands.add_parser("sample", help="render a PNG grid of generated digits")
-    sample.add_argument("--checkpoint-dir", default="checkpoints")
-    sample.add_argument("--digit", type=bounded(int, 0, 9), help="0-9; omit for one row per digit")
-    sample.add_argument("--n", type=bounded(int, 1, 1024), default=16, help="samples per digit")
-    sample.add_argument("--cols", type=bounded(int, 1, 1024), help="default ceil(sqrt(n)), or n")
-    sample.add_argument("--seed", type=bounded(int, 0, MAX_SEED), default=0)
-    sample.add_argument("--temperature", type=bounded(float, 0, 2, low_open=True), default=1.0)
-    sample.add_argument("--scale", type=bounded(int, 1, 8), default=1)
-    sample.add_argument("--pad", type=bounded(int, 0, 8), default=2)
+    sample.add_argument("--checkpoint-dir", default="checkpoints",
+                        help="the run to sample from (default checkpoints)")
+    sample.add_argument("--digit", type=bounded(int, 0, config_lib.NUM_CLASSES - 1),
+                        help="the digit to draw; omit for one row per digit")
+    sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
+                        help=f"samples per digit (default {limits.DEFAULT_N})")
+    sample.add_argument("--cols", type=bounded(int, 1, limits.MAX_N),
+                        help="grid columns (default ceil(sqrt(n)), or n without --digit)")
+    sample.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=0,
+                        help="the same seed gives the same PNG bytes (default 0)")
+    sample.add_argument("--temperature", type=bounded(float, 0, limits.MAX_TEMPERATURE,
+                                                      low_open=True),
+                        default=limits.DEFAULT_TEMPERATURE,
+                        help=f"z ~ N(0, t^2 I) (default {limits.DEFAULT_TEMPERATURE})")
+    sample.add_argument("--scale", type=bounded(int, 1, limits.MAX_SCALE),
+                        default=limits.DEFAULT_SCALE,
+                        help=f"integer upscale of each tile (default {limits.DEFAULT_SCALE})")
+    sample.add_argument("--pad", type=bounded(int, 0, limits.MAX_PAD), default=limits.DEFAULT_PAD,
+                        help=f"px of background around every tile (default {limits.DEFAULT_PAD})")
     sample.add_argument("--out", required=True, help="output PNG path")
 
     evaluate = commands.add_parser("eval", help="test-set metrics of a checkpoint")
-    evaluate.add_argument("--checkpoint-dir", default="checkpoints")
-    evaluate.add_argument("--data-dir", default="data")
+    evaluate.add_argument("--checkpoint-dir", default="checkpoints",
+                          help="the run to evaluate, its newest checkpoint (default checkpoints)")
+    evaluate.add_argument("--data-dir", default="data",
+                          help="where the test set's IDX files are (default data)")
     evaluate.add_argument("--json", metavar="FILE",
                           help="also write every figure as JSON (reports go beside it)")
     evaluate.add_argument("--iwae-k", type=bounded(int, 0, 100000), default=None,
@@ -104,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="evaluate the first N test examples (default all)")
     evaluate.add_argument("--samples-per-digit", type=bounded(int, 2, 10000), default=None,
                           help="generated digits per label for the fidelity scores (default 500)")
-    evaluate.add_argument("--seed", type=bounded(int, 0, 2**31 - 1), default=None,
+    evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
                           help="binarisation, importance samples and generated samples (default 0)")
     evaluate.add_argument("--no-fidelity", dest="fidelity", action="store_false", default=None,
                           help="skip the classifier-based sample scores")
@@ -115,9 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "`--preset seed` run) in the same run, and their FD ratio")
 
     serve = commands.add_parser("serve", help="serve /sample over HTTP")
-    serve.add_argument("--checkpoint-dir", default="checkpoints")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000)
+    serve.add_argument("--checkpoint-dir", default="checkpoints",
+                       help="the run to serve; newer checkpoints are picked up (default "
+                            "checkpoints)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
+                       help="TCP port (default 8000)")
     serve.add_argument("--read-timeout", type=bounded(float, 0.1, 3600), default=10.0,
                        help="seconds a client has to send a whole request (default 10)")
     serve.add_argument("--write-timeout", type=bounded(float, 0.1, 3600), default=30.0,
@@ -128,17 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:
     config = config_lib.get_preset(args.preset)
-    hints = typing.get_type_hints(config_lib.Config)
     changes = {}
     for field in dataclasses.fields(config_lib.Config):
         value = getattr(args, field.name, None)
         if value is not None:
-            changes[field.name] = config_lib.coerce(hints[field.name], value, field.name)
+            changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
+                                                    field.name)
     return config.replace(**changes).validate()
 
 
 def cmd_data(args) -> int:
-    from cvae.data import prepare_dataset
+    from cvae.prepare import prepare_dataset
 
     prepare_dataset(args.data_dir, args.dataset)
     return 0
@@ -189,7 +217,7 @@ def ensure_writable(directory: Path) -> None:
 
 
 def cmd_sample(args) -> int:
-    from cvae.grid import save_png, make_grid
+    from cvae.grid import make_grid, save_png
     from cvae.sampling import grid_columns, load_sampler
 
     sampler = load_sampler(args.checkpoint_dir)
@@ -202,9 +230,13 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from cvae.evaluate import run_eval
+    from cvae.evaluate import EvalOptions, run_eval
 
-    return run_eval(args)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalOptions)
+             if getattr(args, f.name, None) is not None}
+    run_eval(args.checkpoint_dir, args.data_dir, EvalOptions(**given), json_path=args.json,
+             baseline_dir=args.baseline_dir)
+    return 0
 
 
 def cmd_serve(args) -> int:
@@ -222,8 +254,6 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "sample": cmd_sample, "eval": 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from cvae.errors import USER_ERRORS
-
     try:
         return COMMANDS[args.command](args)
     except USER_ERRORS as error:

@@ -12,26 +12,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from typing import Any
+from typing import Any, Literal
 
-ACTIVATIONS = ("relu", "gelu", "silu", "elu", "tanh", "leaky_relu")
-LIKELIHOODS = ("bernoulli", "gaussian")
-BINARIZATIONS = ("none", "dynamic")
-ARCHITECTURES = ("mlp", "conv")
-LABEL_CONDITIONINGS = ("first", "every")
-OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
-LR_SCHEDULES = ("constant", "linear", "cosine", "warmup_cosine", "warmup_linear")
-KL_SCHEDULES = ("constant", "linear")
-FREEZE_OPTIONS = ("none", "encoder", "decoder")
-DATASETS = ("mnist", "fashion_mnist", "kmnist")
-DATA_SOURCES = ("idx", "torchvision")
-# Seeds are 32-bit: without jax_enable_x64 a key keeps only 32 bits of its seed, so larger
-# values would silently collide with smaller ones. Training, sampling and the service share it.
-MAX_SEED = 2**32 - 1
+from cvae.errors import ConfigError
+from cvae.limits import MAX_SEED
+
+# The choices of each string field, once: validation and the `cvae train` flags read them here.
+DatasetName = Literal["mnist", "fashion_mnist", "kmnist"]
+DataSource = Literal["idx", "torchvision"]
+Binarization = Literal["none", "dynamic"]
+Architecture = Literal["mlp", "conv"]
+Activation = Literal["relu", "gelu", "silu", "elu", "tanh", "leaky_relu"]
+LabelConditioning = Literal["first", "every"]
+Likelihood = Literal["bernoulli", "gaussian"]
+KLSchedule = Literal["constant", "linear"]
+Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
+LRSchedule = Literal["constant", "linear", "cosine", "warmup_cosine", "warmup_linear"]
+Freeze = Literal["none", "encoder", "decoder"]
+
+NUM_CLASSES = 10  # every dataset above has ten classes, labelled 0..9 (and so has the model)
 
 
-class ConfigError(ValueError):
-    """A config value is out of range; the message names the field and what is allowed."""
+def knob(default: Any, doc: str) -> Any:
+    """A config field with its one-sentence doc, which `cvae train --help` shows for its flag."""
+    return dataclasses.field(default=default, metadata={"doc": doc})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,70 +43,86 @@ class Config:
     """Everything that defines a run. Field names are the `cvae train` flags (with dashes)."""
 
     # Data.
-    dataset: str = "mnist"
-    data_source: str = "idx"
-    train_limit: int = 0  # 0 = all training examples; N = the first N (smoke runs)
-    binarization: str = "dynamic"  # bernoulli only: resample pixels ~ Bernoulli(intensity) each step
+    dataset: DatasetName = knob("mnist", "Which MNIST-family dataset to train on.")
+    data_source: DataSource = knob(
+        "idx", "Read the IDX files directly, or through torchvision.datasets (the torch extra).")
+    train_limit: int = knob(0, "Train on the first N training examples only (0 = all; for "
+                               "smoke runs).")
+    binarization: Binarization = knob(
+        "dynamic", "Bernoulli likelihood only: resample each pixel ~ Bernoulli(intensity) at "
+                   "every step (dynamic), or use the intensities as they are (none).")
 
     # Model.
-    architecture: str = "mlp"
-    hidden_sizes: tuple[int, ...] = (512, 256)
-    latent_dim: int = 16
-    activation: str = "gelu"
-    label_conditioning: str = "first"  # decoder: label added at the first layer, or at every one
-    likelihood: str = "bernoulli"
-    logvar_bound: float = 8.0  # soft clamp of log-variance to (-bound, bound): KL cannot overflow
-    dropout_rate: float = 0.0
-    batch_norm: bool = False
+    architecture: Architecture = knob(
+        "mlp", "Encoder and decoder: MLPs only, or with two stride-2 (transposed) convolutions.")
+    hidden_sizes: tuple[int, ...] = knob(
+        (512, 256), "Widths of the encoder's hidden layers (the decoder mirrors them).")
+    latent_dim: int = knob(16, "Dimensions of the latent z.")
+    activation: Activation = knob("gelu", "Activation of the hidden layers.")
+    label_conditioning: LabelConditioning = knob(
+        "first", "Decoder: add the label at its first layer only, or feed it to every layer.")
+    likelihood: Likelihood = knob(
+        "bernoulli", "p(x|z,y): Bernoulli (sigmoid cross-entropy, nats) or the seed's Gaussian "
+                     "(summed half squared error of sigmoid means).")
+    logvar_bound: float = knob(
+        8.0, "Soft clamp of the encoder's log-variance to (-bound, bound), so the KL cannot "
+             "overflow.")
+    dropout_rate: float = knob(0.0, "Dropout after each hidden block while training (0 = off).")
+    batch_norm: bool = knob(False, "BatchNorm in each hidden block (statistics kept in the "
+                                   "checkpoint).")
 
     # Objective.
-    kl_weight: float = 4.0  # beta > 1 buys class-faithful, sharp samples at some nats (README)
-    kl_schedule: str = "constant"
-    kl_warmup_steps: int = 0
-    free_bits: float = 0.0  # floor on the KL of each latent dimension, nats (batch-averaged)
+    kl_weight: float = knob(
+        4.0, "Beta, the weight of the KL in the loss; above 1 buys class-faithful, sharp "
+             "samples at some nats (README, 'Why Bernoulli and beta 4').")
+    kl_schedule: KLSchedule = knob(
+        "constant", "KL weight over training: constant, or rising linearly from 0 over "
+                    "--kl-warmup-steps.")
+    kl_warmup_steps: int = knob(0, "Steps of the linear KL warm-up.")
+    free_bits: float = knob(
+        0.0, "Floor, in nats, on each latent dimension's batch-mean KL in the loss (0 = off).")
 
     # Optimisation.
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    end_learning_rate: float = 1e-5  # for decaying schedules
-    lr_schedule: str = "warmup_cosine"
-    warmup_steps: int = 500
-    weight_decay: float = 0.0  # decoupled for adamw; added to the gradient for the others
-    momentum: float = 0.9  # sgd and rmsprop
-    grad_clip_norm: float = 0.0  # 0 = no clipping
-    accumulation_steps: int = 1  # optax.MultiSteps over k micro-batches
-    ema_decay: float = 0.0  # 0 = no EMA of parameters
-    freeze: str = "none"  # train only part of the model (e.g. after --init-from)
+    optimizer: Optimizer = knob("adam", "The Optax optimizer.")
+    learning_rate: float = knob(1e-3, "Peak learning rate of the schedule.")
+    end_learning_rate: float = knob(1e-5, "Learning rate at the end of a decaying schedule.")
+    lr_schedule: LRSchedule = knob(
+        "warmup_cosine", "Learning rate over the optimizer updates of all epochs.")
+    warmup_steps: int = knob(500, "Updates of linear warm-up from 0 for the warmup_* schedules.")
+    weight_decay: float = knob(
+        0.0, "Weight decay: decoupled for adamw, added to the gradient for the others.")
+    momentum: float = knob(0.9, "Momentum of sgd and rmsprop.")
+    grad_clip_norm: float = knob(0.0, "Clip gradients to this global norm (0 = no clipping).")
+    accumulation_steps: int = knob(
+        1, "Micro-batches per optimizer update (optax.MultiSteps); the effective batch is "
+           "this times --batch-size.")
+    ema_decay: float = knob(
+        0.0, "Decay of an exponential moving average of the parameters, used for evaluation "
+             "and sampling (0 = none).")
+    freeze: Freeze = knob("none", "Keep the encoder or the decoder fixed (e.g. with --init-from).")
 
     # Loop.
-    batch_size: int = 128
-    epochs: int = 40
-    max_steps: int = 0  # 0 = no limit; counts micro-batch steps
-    seed: int = 0
-    steps_per_call: int = 50  # train steps fused into one device call (lax.scan)
-    eval_batch_size: int = 1000
-    early_stopping_patience: int = 0  # 0 = off; epochs without min_delta improvement of test loss
-    early_stopping_min_delta: float = 0.0
-    keep_checkpoints: int = 3
+    batch_size: int = knob(128, "Examples per training step (a multiple of the device count).")
+    epochs: int = knob(40, "Passes over the training set; the schedules span all of them.")
+    max_steps: int = knob(0, "Stop after this many (micro-batch) steps (0 = no limit); the "
+                             "schedules still span --epochs.")
+    seed: int = knob(0, f"Seed of everything random in the run, 0..{MAX_SEED}.")
+    steps_per_call: int = knob(50, "Train steps fused into one device call (lax.scan).")
+    eval_batch_size: int = knob(1000, "Examples per evaluation batch (memory only, not the "
+                                      "result).")
+    early_stopping_patience: int = knob(
+        0, "Stop after this many evaluations without a --early-stopping-min-delta improvement "
+           "of the test loss (0 = off).")
+    early_stopping_min_delta: float = knob(
+        0.0, "The smallest fall of the test loss that counts as an improvement.")
+    keep_checkpoints: int = knob(3, "Latest checkpoints kept (the best one is kept as well).")
 
     def validate(self) -> Config:
         """Raise ConfigError naming the first bad field; return self so calls chain."""
-        choices = {
-            "dataset": DATASETS,
-            "data_source": DATA_SOURCES,
-            "binarization": BINARIZATIONS,
-            "architecture": ARCHITECTURES,
-            "label_conditioning": LABEL_CONDITIONINGS,
-            "activation": ACTIVATIONS,
-            "likelihood": LIKELIHOODS,
-            "kl_schedule": KL_SCHEDULES,
-            "optimizer": OPTIMIZERS,
-            "lr_schedule": LR_SCHEDULES,
-            "freeze": FREEZE_OPTIONS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name}={getattr(self, name)!r}: allowed {', '.join(allowed)}")
+        for name in CHOICES:
+            if getattr(self, name) not in CHOICES[name]:
+                raise ConfigError(f"{name}={getattr(self, name)!r}: "
+                                  f"allowed {', '.join(CHOICES[name])}")
         positive_ints = ("latent_dim", "batch_size", "steps_per_call", "eval_batch_size",
                          "accumulation_steps", "keep_checkpoints", "epochs")
         for name in positive_ints:
@@ -149,8 +169,7 @@ class Config:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
-        hints = typing.get_type_hints(cls)
-        kwargs = {name: coerce(hints[name], value, name) for name, value in values.items()}
+        kwargs = {name: coerce(HINTS[name], value, name) for name, value in values.items()}
         return cls(**kwargs).validate()
 
     @classmethod
@@ -164,6 +183,17 @@ class Config:
                 if getattr(self, n) != getattr(other, n)}
 
 
+HINTS = typing.get_type_hints(Config)
+# Field name -> allowed values, for every field typed as a Literal.
+CHOICES: dict[str, tuple[str, ...]] = {name: typing.get_args(hint) for name, hint in HINTS.items()
+                                       if typing.get_origin(hint) is Literal}
+
+
+def field_doc(name: str) -> str:
+    """The one-sentence doc of config field `name`."""
+    return next(f.metadata["doc"] for f in dataclasses.fields(Config) if f.name == name)
+
+
 # Fields a resumed run may change; every other field must match the checkpoint, because it
 # decides the parameter shapes, the optimizer state, the data order or the objective.
 RESUMABLE_CHANGES = ("epochs", "max_steps", "steps_per_call", "eval_batch_size",
@@ -172,13 +202,13 @@ RESUMABLE_CHANGES = ("epochs", "max_steps", "steps_per_call", "eval_batch_size",
 
 
 def coerce(hint: Any, value: Any, name: str) -> Any:
-    """Convert a JSON or command-line value to the field's declared type."""
+    """Convert a JSON or command-line value to the field's declared (resolved) type."""
     try:
-        if hint in ("tuple[int, ...]",) or typing.get_origin(hint) is tuple:
+        if typing.get_origin(hint) is tuple:
             if isinstance(value, str):
                 value = [v for v in value.replace(",", " ").split() if v]
             return tuple(int(v) for v in value)
-        if hint is bool or hint == "bool":
+        if hint is bool:
             if isinstance(value, str):
                 if value.lower() in ("1", "true", "yes", "on"):
                     return True
@@ -186,11 +216,11 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
                     return False
                 raise ValueError(value)
             return bool(value)
-        if hint is int or hint == "int":
+        if hint is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)
             return int(value)
-        if hint is float or hint == "float":
+        if hint is float:
             return float(value)
         return str(value)
     except (TypeError, ValueError):

@@ -1,11 +1,24 @@
 """The exceptions that mean "the user asked for something impossible", not "there is a bug".
 
-The CLI prints these as one line and exits non-zero; anything else keeps its traceback.
+The CLI prints these as one line and exits non-zero; anything else keeps its traceback. This
+module imports nothing, so the CLI can catch them without loading JAX or Orbax.
 """
 
-from cvae.checkpoint import CheckpointError
-from cvae.config import ConfigError
-from cvae.data import DataError
-from cvae.loop import ResumeError
+
+class ConfigError(ValueError):
+    """A config value is out of range; the message names the field and what is allowed."""
+
+
+class DataError(Exception):
+    """Data is missing or malformed; the message is one line naming the file and the problem."""
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint; the message says where we looked and what to do."""
+
+
+class ResumeError(RuntimeError):
+    """The checkpoint directory holds a run that the requested config cannot continue."""
+
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, ResumeError, PermissionError)

@@ -1,4 +1,8 @@
-"""`cvae eval`: how good a checkpoint is, from the checkpoint directory alone.
+"""Evaluation, in one place: the per-epoch test metrics of training, and `cvae eval`.
+
+`create_eval_step` + `evaluate` give exact test-set averages of the training objective
+(`cvae.losses.objective`, free bits included) and its terms; the loop calls them every epoch and
+`cvae eval` once. `run_eval` is `cvae eval`: how good a checkpoint is, from its directory alone.
 
 Figures (all on the test set; every one lands in the JSON, the main ones in a table on stdout):
 - ELBO terms (reconstruction, KL, total) and active latent units (per-dimension KL > 0.01 nats).
@@ -27,6 +31,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,11 +39,68 @@ import numpy as np
 
 from cvae import fidelity, iwae, reports
 from cvae.checkpoint import load_checkpoint
-from cvae.config import ConfigError
+from cvae.config import NUM_CLASSES, Config
 from cvae.data import load_dataset
-from cvae.model import NUM_CLASSES, create_model
+from cvae.errors import ConfigError
+from cvae.losses import kl_divergence, kl_per_dimension, objective, reconstruction
+from cvae.model import CVAE, create_model
 from cvae.sampling import create_sampler
-from cvae.train import create_eval_step, evaluate, run_key
+from cvae.train import eval_key, maybe_binarize, run_key, to_batch
+
+ACTIVE_UNIT_NATS = 0.01  # a latent dimension is active when its mean KL exceeds this
+
+
+def create_eval_step(model: CVAE, config: Config) -> Callable:
+    """`eval_step(variables, images_u8, labels, mask, key) -> per-batch sums of each term`.
+
+    Sums (not means) so batches of unequal size combine exactly; `mask` marks real rows of the
+    padded last batch. Evaluation binarises like training and draws one z per example.
+    """
+
+    @jax.jit
+    def eval_step(variables, images, labels, mask, key):
+        binarize_key, z_key = jax.random.split(key)
+        batch = to_batch(images, labels)
+        x = maybe_binarize(binarize_key, batch["image"], config)
+        logits, mean, logvar = model.apply(variables, x, batch["label"], z_key, train=False)
+        return {
+            "reconstruction": jnp.sum(reconstruction(logits, x, config.likelihood) * mask),
+            "kl": jnp.sum(kl_divergence(mean, logvar) * mask),
+            "kl_per_dim": jnp.sum(kl_per_dimension(mean, logvar) * mask[:, None], axis=0),
+            "count": jnp.sum(mask),
+        }
+
+    return eval_step
+
+
+def evaluate(eval_step: Callable, variables: dict, images: jax.Array, labels: jax.Array,
+             key: jax.Array, batch_size: int, config: Config) -> dict[str, float]:
+    """Exact averages over `images`: {reconstruction, kl, loss, neg_elbo, active_units}.
+
+    "loss" is the training objective with the final KL weight; with free bits, the floor applies
+    to each dimension's mean KL over the whole set, so the figure does not depend on
+    `batch_size`. "kl" is unweighted and "neg_elbo" = reconstruction + kl.
+    """
+    n = images.shape[0]
+    base_key = eval_key(key)
+    totals = None
+    for i, start in enumerate(range(0, n, batch_size)):
+        stop = min(start + batch_size, n)
+        pad = batch_size - (stop - start)
+        rows = jnp.pad(images[start:stop], ((0, pad), (0, 0)))
+        row_labels = jnp.pad(labels[start:stop], (0, pad))
+        mask = (jnp.arange(batch_size) < stop - start).astype(jnp.float32)
+        sums = eval_step(variables, rows, row_labels, mask, jax.random.fold_in(base_key, i))
+        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = jax.device_get(totals)
+    count = float(totals["count"])
+    result = {name: float(totals[name]) / count for name in ("reconstruction", "kl")}
+    kl_per_dim = totals["kl_per_dim"] / count
+    result["loss"] = float(objective(result["reconstruction"], result["kl"], kl_per_dim,
+                                     kl_weight=config.kl_weight, free_bits=config.free_bits))
+    result["neg_elbo"] = result["reconstruction"] + result["kl"]
+    result["active_units"] = int(np.sum(kl_per_dim > ACTIVE_UNIT_NATS))
+    return result
 
 
 class EvalCheckError(RuntimeError):
@@ -63,8 +125,8 @@ def elbo_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray) -> dict[
     config = checkpoint.config
     eval_step = create_eval_step(create_model(config), config)
     return evaluate(eval_step, checkpoint.state.eval_variables(),
-                    jnp.asarray(images_u8.reshape(-1, 784)), jnp.asarray(labels, jnp.int32),
-                    run_key(config.seed), min(config.eval_batch_size, len(labels)))
+                    jnp.asarray(images_u8.reshape(len(labels), -1)), jnp.asarray(labels, jnp.int32),
+                    run_key(config.seed), min(config.eval_batch_size, len(labels)), config)
 
 
 def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
@@ -155,7 +217,7 @@ def summary_table(results: dict) -> str:
              f"  {'reconstruction':<34}{elbo['reconstruction']:>10.2f} nats",
              f"  {'KL':<34}{elbo['kl']:>10.2f} nats",
              f"  {'negative ELBO':<34}{elbo['neg_elbo']:>10.2f} nats",
-             f"  {'active units (KL > 0.01)':<34}{elbo['active_units']:>7d} / "
+             f"  {f'active units (KL > {ACTIVE_UNIT_NATS})':<34}{elbo['active_units']:>7d} / "
              f"{results['latent_dim']}"]
     if results.get("iwae"):
         bound = results["iwae"]
@@ -203,31 +265,26 @@ def _finite(value):
     return value
 
 
-def options_from_args(args) -> EvalOptions:
-    fields = {f.name for f in dataclasses.fields(EvalOptions)}
-    given = {name: value for name, value in vars(args).items()
-             if name in fields and value is not None}
-    return EvalOptions(**given)
-
-
-def run_eval(args) -> int:
-    options = options_from_args(args)
-    if args.baseline_dir and not options.fidelity:
+def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions,
+             json_path: str | Path | None = None, baseline_dir: str | Path | None = None) -> dict:
+    """`cvae eval`: score the newest checkpoint in `checkpoint_dir`, print the table, write the
+    JSON (and the report PNGs beside it, or in `options.report_dir`). Returns the results."""
+    if baseline_dir and not options.fidelity:
         raise ConfigError("--baseline-dir: compares sample fidelity, so it cannot go with "
                           "--no-fidelity")
-    checkpoint = load_checkpoint(args.checkpoint_dir)
-    data = load_dataset(args.data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
-    classifier_dir = options.classifier_dir or str(Path(args.data_dir) / "classifier")
-    baseline = load_checkpoint(args.baseline_dir) if args.baseline_dir else None
+    checkpoint = load_checkpoint(checkpoint_dir)
+    data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
+    classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
+    baseline = load_checkpoint(baseline_dir) if baseline_dir else None
     results = evaluate_checkpoint(checkpoint, data, options, classifier_dir, baseline)
-    report_dir = options.report_dir or (str(Path(args.json).parent) if args.json else None)
+    report_dir = options.report_dir or (str(Path(json_path).parent) if json_path else None)
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)
         results["reports"] = reports.write_reports(
             create_model(checkpoint.config), checkpoint.state.eval_variables(),
             data.test_images[:limit], data.test_labels[:limit], report_dir, options.seed)
     print(summary_table(results))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(_finite(results), indent=2, sort_keys=True) + "\n")
-    return 0
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(_finite(results), indent=2, sort_keys=True) + "\n")
+    return results

@@ -1,8 +1,9 @@
 """Sample fidelity: a small MNIST classifier, and the scores it gives to generated digits.
 
-The classifier (two 5x5 stride-2 convolutions, 16 and 32 channels, then dense 128 and 10) is trained once on the training set and cached beside
-the data as `<data-dir>/classifier/<dataset>-<sha12>/` (msgpack weights + meta.json), where sha12
-is a checksum of the training images and labels: other data gets another classifier. Generated
+The classifier (two 5x5 stride-2 convolutions, 16 and 32 channels, then dense 128 and 10) is
+trained once on the training set and cached beside the data as
+`<data-dir>/classifier/<dataset>-<sha12>/` (msgpack weights + meta.json), where sha12 is a
+checksum of the training images and labels: other data gets another classifier. Generated
 samples are scored by (1) the fraction the classifier assigns to the digit they were conditioned
 on and (2) the Fréchet distance between the classifier's 128-d penultimate features of samples
 and of real test digits, overall and per digit. Real test digits scored the same way are the
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cvae.model import NUM_CLASSES
+from cvae.config import NUM_CLASSES
 
 FEATURES = 128
 CLASSIFIER_VERSION = 1  # bump when the architecture or recipe changes: invalidates caches

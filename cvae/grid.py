@@ -3,7 +3,7 @@
 Sampling (`cvae sample`) and the HTTP service (`GET /sample`) both return a grid of digits, and
 the service promises byte-identical PNGs for the same seed, so the layout and the encoding live
 here once, in pure NumPy + Pillow with no JAX, where they can be tested instantly. The layout is
-the `torchvision.utils.make_grid` convention (see DESIGN.md, "HTTP service"): tiles of
+the `torchvision.utils.make_grid` convention (see docs/design.md, "HTTP service"): tiles of
 `28*scale` px, row-major, with `pad` px of background around every tile including the outer
 border, so `width = cols*(28*scale+pad)+pad` and `height = rows*(28*scale+pad)+pad`.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, MAX_PAD, MAX_SCALE
+
 TILE = 28
-MAX_SCALE = 8
-MAX_PAD = 8
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
@@ -35,7 +35,8 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
     return value
 
 
-def grid_shape(n: int, cols: int, scale: int = 1, pad: int = 2) -> tuple[int, int]:
+def grid_shape(n: int, cols: int, scale: int = DEFAULT_SCALE,
+               pad: int = DEFAULT_PAD) -> tuple[int, int]:
     """Returns (height, width) in px of the grid that `make_grid` builds for `n` images."""
     n = _check_int("n", n, 1)
     cols = _check_int("cols", cols, 1)
@@ -70,7 +71,8 @@ def _to_uint8(images: np.ndarray) -> np.ndarray:
 
 
 def make_grid(
-    images: np.ndarray, cols: int, pad: int = 2, scale: int = 1, pad_value: int = 0
+    images: np.ndarray, cols: int, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
+    pad_value: int = 0
 ) -> np.ndarray:
     """Tiles images row-major into one grayscale grid.
 
@@ -78,8 +80,8 @@ def make_grid(
       images: float[N, 28, 28] (or [N, 784]) in [0, 1], clipped, quantised as
         `np.round(clip(x, 0, 1) * 255)` (round half to even); or uint8[N, 28, 28] used as is.
       cols: tiles per row (>= 1); rows = ceil(N / cols), empty tiles in the last row are background.
-      pad: background px around every tile, outer border included (0..8).
-      scale: nearest-neighbour integer upscale of each tile (1..8).
+      pad: background px around every tile, outer border included (0..MAX_PAD).
+      scale: nearest-neighbour integer upscale of each tile (1..MAX_SCALE).
       pad_value: background grey level (0..255).
 
     Returns:

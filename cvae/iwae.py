@@ -21,8 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cvae.config import NUM_CLASSES
 from cvae.losses import reconstruction
-from cvae.model import CVAE, NUM_CLASSES
+from cvae.model import CVAE
 
 LOG_2PI = math.log(2.0 * math.pi)
 

@@ -15,10 +15,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config import Config
+from cvae.config import NUM_CLASSES, Config
+from cvae.data import IMAGE_SHAPE
 
-NUM_CLASSES = 10
-IMAGE_PIXELS = 28 * 28
+IMAGE_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
 
 ACTIVATION_FNS: dict[str, Callable] = {
     "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
@@ -127,9 +127,11 @@ def create_model(config: Config) -> CVAE:
     return CVAE(config)
 
 
-def pixel_means(logits: jax.Array, likelihood: str) -> jax.Array:
-    """Decoder output -> expected pixel intensities in [0, 1] (both likelihoods use a sigmoid)."""
-    del likelihood  # the Gaussian mean is sigmoid-squashed too, so both read the same way
+def pixel_means(logits: jax.Array) -> jax.Array:
+    """Decoder output -> expected pixel intensities in [0, 1].
+
+    The same for both likelihoods: the Gaussian mean is sigmoid-squashed too.
+    """
     return jax.nn.sigmoid(logits)
 
 

@@ -10,7 +10,8 @@ import flax
 import jax.numpy as jnp
 import optax
 
-from cvae.config import Config, ConfigError
+from cvae.config import Config
+from cvae.errors import ConfigError
 
 
 def create_learning_rate_schedule(config: Config, total_steps: int) -> optax.Schedule:

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from cvae.config import ConfigError
+from cvae.errors import ConfigError
 
 DATA_AXIS = "data"
 

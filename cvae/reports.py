@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cvae.config import NUM_CLASSES
 from cvae.grid import make_grid, save_png
-from cvae.model import CVAE, NUM_CLASSES, pixel_means
+from cvae.model import CVAE, pixel_means
 from cvae.sampling import create_sampler
 
 REPORT_FILES = ("reconstructions.png", "label_swap.png", "interpolation.png", "temperature.png")
@@ -46,7 +47,7 @@ def report_shapes() -> dict[str, tuple[int, int]]:
 
 def _decode_soft(model: CVAE, variables: dict, z: jax.Array, onehot: jax.Array) -> np.ndarray:
     logits = model.apply(variables, z, onehot, False, method=lambda m, *a: m.decoder(*a))
-    return np.asarray(pixel_means(logits, model.config.likelihood)).reshape(-1, 28, 28)
+    return np.asarray(pixel_means(logits)).reshape(-1, 28, 28)
 
 
 def _posterior_means(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray):

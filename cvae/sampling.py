@@ -17,11 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.config import Config
+from cvae.config import NUM_CLASSES, Config
 from cvae.grid import make_grid, png_bytes
+from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model import CVAE, create_model, pixel_means
 
-DIGITS = tuple(range(10))
+DIGITS = tuple(range(NUM_CLASSES))
 DEFAULT_BLOCK_ROWS = 64
 
 
@@ -31,7 +32,7 @@ def create_decode_fn(model: CVAE, config: Config) -> Callable:
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=CVAE.decode)
-        return pixel_means(logits, config.likelihood).reshape(-1, 28, 28)
+        return pixel_means(logits).reshape(-1, 28, 28)
 
     return decode
 
@@ -131,19 +132,23 @@ class Sampler:
         self.decode(np.zeros((1, self.config.latent_dim), np.float32), np.zeros(1, np.int32))
 
     def sample_images(self, digit: int | None, n: int, seed: int,
-                      temperature: float = 1.0) -> np.ndarray:
+                      temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
         digits = DIGITS if digit is None else (digit,)
         z, labels = request_latents(seed, digits, n, self.config.latent_dim, temperature)
         return self.decode(z, labels)
 
-    def sample_png(self, digit: int | None, n: int, seed: int, temperature: float = 1.0,
-                   cols: int | None = None, scale: int = 1, pad: int = 2) -> bytes:
+    def sample_png(self, digit: int | None, n: int, seed: int,
+                   temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
+                   scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD) -> bytes:
         images = self.sample_images(digit, n, seed, temperature)
         return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
 
 
 def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
-    """DESIGN.md: one digit -> ceil(sqrt(n)) columns; all digits -> one row per digit (cols = n)."""
+    """One digit -> ceil(sqrt(n)) columns; all digits -> one row per digit, cols = n.
+
+    The layout of docs/design.md, "HTTP service"; `cols` overrides it.
+    """
     if cols is not None:
         return cols
     return n if digit is None else int(np.ceil(np.sqrt(n)))

@@ -1,4 +1,4 @@
-"""Train state and the jitted pieces of training: one step, a fused chunk of steps, evaluation.
+"""Train state and the jitted pieces of training: one step and a fused chunk of steps.
 
 All randomness is derived from (seed, step): the step folds its own count into the run's key,
 and each epoch's data order is a permutation keyed by (seed, epoch). A resumed run therefore
@@ -15,13 +15,12 @@ from typing import Any, Callable
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax.training import train_state
 from jax.sharding import Mesh
 
 from cvae.config import Config
-from cvae.losses import kl_divergence, kl_per_dimension, reconstruction, vae_loss
+from cvae.losses import vae_loss
 from cvae.model import CVAE, init_variables
 from cvae.optim import create_kl_weight_schedule
 from cvae.parallel import check_divisible, replicate, shard_batch
@@ -30,7 +29,7 @@ Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": in
 Metrics = dict[str, jax.Array]
 
 # Streams folded into the run key, so each use of randomness is independent of the others.
-_PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM, _SAMPLE_STREAM = range(5)
+_PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM = range(4)
 
 
 class TrainState(train_state.TrainState):
@@ -52,6 +51,11 @@ def run_key(seed: int) -> jax.Array:
 
 def stream_key(key: jax.Array, stream: int) -> jax.Array:
     return jax.random.fold_in(key, stream)
+
+
+def eval_key(key: jax.Array) -> jax.Array:
+    """The key of evaluation's noise (binarisation, z), independent of training's."""
+    return stream_key(key, _EVAL_STREAM)
 
 
 def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
@@ -133,7 +137,7 @@ def ema_update(ema, params, decay: float):
 
 
 def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
-    """Dynamic binarisation for the Bernoulli likelihood: x ~ Bernoulli(intensity), fresh per use."""
+    """Dynamic binarisation (Bernoulli likelihood): x ~ Bernoulli(intensity), fresh each use."""
     if config.likelihood == "bernoulli" and config.binarization == "dynamic":
         return jax.random.bernoulli(key, images).astype(images.dtype)
     return images
@@ -166,55 +170,3 @@ def create_train_chunk(train_step: Callable, batch_size: int) -> Callable:
         return jax.lax.scan(body, state, jnp.arange(num_steps))
 
     return train_chunk
-
-
-def create_eval_step(model: CVAE, config: Config) -> Callable:
-    """`eval_step(variables, images_u8, labels, mask, key) -> per-batch sums of each term`.
-
-    Sums (not means) so batches of unequal size combine exactly; `mask` marks real rows of the
-    padded last batch. The KL is reported unweighted and the loss with the final KL weight.
-    """
-
-    @jax.jit
-    def eval_step(variables, images, labels, mask, key):
-        binarize_key, z_key = jax.random.split(key)
-        batch = to_batch(images, labels)
-        x = maybe_binarize(binarize_key, batch["image"], config)
-        logits, mean, logvar = model.apply(variables, x, batch["label"], z_key, train=False)
-        rec = reconstruction(logits, x, config.likelihood)
-        kl = kl_divergence(mean, logvar)
-        return {
-            "reconstruction": jnp.sum(rec * mask),
-            "kl": jnp.sum(kl * mask),
-            "loss": jnp.sum((rec + config.kl_weight * kl) * mask),
-            "kl_per_dim": jnp.sum(kl_per_dimension(mean, logvar) * mask[:, None], axis=0),
-            "count": jnp.sum(mask),
-        }
-
-    return eval_step
-
-
-def evaluate(eval_step: Callable, variables: dict, images: jax.Array, labels: jax.Array,
-             key: jax.Array, batch_size: int) -> dict[str, float]:
-    """Exact test-set averages: {reconstruction, kl, loss, neg_elbo, active_units}."""
-    n = images.shape[0]
-    eval_key = stream_key(key, _EVAL_STREAM)
-    totals = None
-    for i, start in enumerate(range(0, n, batch_size)):
-        stop = min(start + batch_size, n)
-        pad = batch_size - (stop - start)
-        rows = jnp.pad(images[start:stop], ((0, pad), (0, 0)))
-        row_labels = jnp.pad(labels[start:stop], (0, pad))
-        mask = (jnp.arange(batch_size) < stop - start).astype(jnp.float32)
-        sums = eval_step(variables, rows, row_labels, mask, jax.random.fold_in(eval_key, i))
-        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-    totals = jax.device_get(totals)
-    count = float(totals["count"])
-    result = {name: float(totals[name]) / count for name in ("reconstruction", "kl", "loss")}
-    result["neg_elbo"] = result["reconstruction"] + result["kl"]
-    result["active_units"] = int(np.sum(totals["kl_per_dim"] / count > 0.01))
-    return result
-
-
-def sample_key(key: jax.Array) -> jax.Array:
-    return stream_key(key, _SAMPLE_STREAM)

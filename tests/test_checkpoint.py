@@ -1,20 +1,17 @@
-import shutil
 
 import jax
-import numpy as np
 import pytest
+from trees import tree_equal
 
 from cvae import config as config_lib
 from cvae.callbacks import Checkpointer
-from cvae.checkpoint import (CheckpointError, create_manager, load_checkpoint, restore_state,
-                             save_checkpoint)
-from cvae.loop import ResumeError, train_and_evaluate
+from cvae.checkpoint import create_manager, load_checkpoint, restore_state, save_checkpoint
+from cvae.errors import CheckpointError, ResumeError
+from cvae.loop import train_and_evaluate
 from cvae.model import create_model
 from cvae.optim import create_optimizer
+from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_state, run_key
-from synthetic import synthetic_dataset
-from trees import tree_equal
-
 
 
 def make_state(config):

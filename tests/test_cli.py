@@ -1,12 +1,15 @@
 """The `cvae` command as a user runs it: real subprocesses, real files."""
 
+import dataclasses
 import subprocess
 import sys
+
 import pytest
 from PIL import Image
 
 from cvae.cli import build_parser, config_from_args
-from synthetic import write_synthetic_idx
+from cvae.config import Config, default, field_doc, seed
+from cvae.synthetic import write_synthetic_idx
 
 
 def image_size_mode(path):
@@ -119,9 +122,43 @@ def test_empty_checkpoint_dir_is_one_line_saying_what_to_run(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+# A value for every config field, each different from the default preset's, all valid together.
+EVERY_FIELD = dict(
+    dataset="fashion_mnist", data_source="torchvision", train_limit=100, binarization="none",
+    architecture="conv", hidden_sizes=(8, 4), latent_dim=3, activation="tanh",
+    label_conditioning="every", likelihood="gaussian", logvar_bound=5.0, dropout_rate=0.25,
+    batch_norm=True, kl_weight=0.25, kl_schedule="linear", kl_warmup_steps=7, free_bits=0.5,
+    optimizer="sgd", learning_rate=0.01, end_learning_rate=0.001, lr_schedule="linear",
+    warmup_steps=3, weight_decay=0.001, momentum=0.5, grad_clip_norm=2.0, accumulation_steps=2,
+    ema_decay=0.99, freeze="decoder", batch_size=32, epochs=2, max_steps=9, seed=11,
+    steps_per_call=5, eval_batch_size=50, early_stopping_patience=4,
+    early_stopping_min_delta=0.1, keep_checkpoints=2)
+
+
 def test_every_config_field_is_a_train_flag():
-    args = build_parser().parse_args(["train", "--preset", "seed", "--kl-weight", "0.25",
-                                      "--batch-norm", "--hidden-sizes", "8,4"])
-    config = config_from_args(args)
-    assert config.kl_weight == 0.25 and config.batch_norm and config.hidden_sizes == (8, 4)
-    assert config.latent_dim == 32  # the rest comes from the preset
+    fields = [f.name for f in dataclasses.fields(Config)]
+    assert sorted(EVERY_FIELD) == sorted(fields)  # a new field needs a value here
+    argv = ["train"]
+    for name, value in EVERY_FIELD.items():
+        assert value != getattr(default(), name), name
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        else:
+            argv += [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    config = config_from_args(build_parser().parse_args(argv))
+    assert config == default().replace(**EVERY_FIELD)
+    # Fields not given come from the preset.
+    assert config_from_args(build_parser().parse_args(["train", "--preset", "seed"])) == seed()
+
+
+def test_train_help_explains_every_flag_with_its_field_doc():
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    actions = {a.dest: a for a in train._actions}
+    for field in dataclasses.fields(Config):
+        text = actions[field.name].help
+        assert text.startswith(field_doc(field.name)) and "(default " in text, field.name
+        assert field_doc(field.name).endswith("."), field.name
+    for command, parser in build_parser()._subparsers._group_actions[0].choices.items():
+        for action in parser._actions:
+            assert action.help, f"cvae {command} {action.option_strings} has no help"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cvae import fidelity
-from synthetic import synthetic_dataset
+from cvae.synthetic import synthetic_dataset
 
 
 def test_frechet_distance_of_known_gaussians():

@@ -13,7 +13,7 @@ from cvae import config as config_lib
 from cvae import iwae
 from cvae.losses import reconstruction
 from cvae.model import create_model, init_variables, reparameterize
-from synthetic import synthetic_images
+from cvae.synthetic import synthetic_images
 
 
 @pytest.fixture(scope="module")

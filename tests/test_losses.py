@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae.losses import kl_divergence, kl_penalty, reconstruction, vae_loss
+from cvae.losses import kl_divergence, objective, reconstruction, vae_loss
 
 
 def test_kl_matches_closed_form_for_one_gaussian():
@@ -46,16 +46,35 @@ def test_unknown_likelihood_is_rejected_by_name():
         reconstruction(jnp.zeros((1, 2)), jnp.zeros((1, 2)), "poisson")
 
 
-def test_loss_is_reconstruction_plus_weighted_kl():
-    logits = jnp.zeros((4, 784))
-    targets = jnp.ones((4, 784)) * 0.5
-    mean, logvar = jnp.ones((4, 3)), jnp.zeros((4, 3))
+def test_loss_is_batch_mean_reconstruction_plus_weighted_kl_by_hand():
+    # Logits 0 are p = 0.5 on every pixel: each of the 784 targets of 1 costs log 2 nats.
+    logits, targets = jnp.zeros((2, 784)), jnp.ones((2, 784))
+    # Example 1: mean 1 in 3 dimensions, unit variance: KL 3 * 0.5 = 1.5; example 2: KL 0.
+    mean = jnp.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    logvar = jnp.zeros((2, 3))
     loss, terms = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli", kl_weight=0.5)
-    assert float(loss) == pytest.approx(float(terms["reconstruction"] + 0.5 * terms["kl"]))
+    assert float(terms["reconstruction"]) == pytest.approx(784 * np.log(2), rel=1e-6)
+    assert float(terms["kl"]) == pytest.approx(0.75, rel=1e-6)
+    assert float(loss) == pytest.approx(784 * np.log(2) + 0.5 * 0.75, rel=1e-6)
+    assert float(terms["loss"]) == float(loss)
 
 
-def test_free_bits_floor_each_dimension():
-    mean = jnp.array([[0.1, 3.0]])  # KLs 0.005 and 4.5
-    logvar = jnp.zeros((1, 2))
-    assert float(kl_penalty(mean, logvar, free_bits=1.0)) == pytest.approx(1.0 + 4.5)
-    assert float(kl_penalty(mean, logvar, free_bits=0.0)) == pytest.approx(0.005 + 4.5)
+def test_free_bits_floor_each_dimensions_batch_mean_kl():
+    # Per-example, per-dimension KLs 0.5 * mean^2: [0.005, 4.5] and [0.005, 0.5]; batch means
+    # 0.005 and 2.5. Floored at 1 nat: 1.0 + 2.5 = 3.5 (unfloored: 2.505).
+    logits, targets = jnp.zeros((2, 784)), jnp.ones((2, 784))
+    mean, logvar = jnp.array([[0.1, 3.0], [0.1, 1.0]]), jnp.zeros((2, 2))
+    loss, terms = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli", kl_weight=2.0,
+                           free_bits=1.0)
+    assert float(loss) == pytest.approx(784 * np.log(2) + 2.0 * 3.5, rel=1e-6)
+    assert float(terms["kl"]) == pytest.approx(2.505, rel=1e-6)  # reported unfloored
+    loss_without, _ = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli",
+                               kl_weight=2.0)
+    assert float(loss_without) == pytest.approx(784 * np.log(2) + 2.0 * 2.505, rel=1e-6)
+
+
+def test_objective_from_mean_terms():
+    per_dim = jnp.array([0.005, 2.5])
+    assert float(objective(10.0, 2.505, per_dim, kl_weight=2.0)) == pytest.approx(15.01)
+    assert float(objective(10.0, 2.505, per_dim, kl_weight=2.0, free_bits=1.0)) == \
+        pytest.approx(17.0)

@@ -1,13 +1,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from cvae import config as config_lib
 from cvae.model import create_model
 from cvae.optim import create_kl_weight_schedule, create_learning_rate_schedule, create_optimizer
+from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_step, ema_decay_at, ema_update, run_key, to_batch
-from synthetic import synthetic_dataset
 
 
 def batches(n=4, size=16):
@@ -121,15 +122,34 @@ def test_batch_norm_stats_update_in_train_and_not_in_eval():
         np.testing.assert_array_equal(a, b)
 
 
-def test_dropout_makes_train_steps_noisy_but_eval_deterministic():
+def test_dropout_is_on_in_training_and_off_in_evaluation():
     config = config_lib.test().replace(dropout_rate=0.5)
     model = create_model(config)
     _, state, _ = train(config, steps=1)
     batch = batches(1)[0]
     z_key = jax.random.key(1)
-    eval_a = model.apply(state.eval_variables(), batch["image"], batch["label"], z_key)
-    eval_b = model.apply(state.eval_variables(), batch["image"], batch["label"], z_key)
-    np.testing.assert_array_equal(eval_a[0], eval_b[0])
-    train_a = model.apply(state.eval_variables(), batch["image"], batch["label"], z_key,
-                          train=True, rngs={"dropout": jax.random.key(2)})
-    assert not np.array_equal(train_a[0], eval_a[0])
+
+    def apply(train: bool, dropout_seed: int):
+        return np.asarray(model.apply(state.eval_variables(), batch["image"], batch["label"],
+                                      z_key, train=train,
+                                      rngs={"dropout": jax.random.key(dropout_seed)})[0])
+
+    # Evaluation ignores the dropout key it is handed: no unit is dropped.
+    np.testing.assert_array_equal(apply(False, 2), apply(False, 3))
+    # Training drops different units for different keys, and differs from evaluation.
+    assert not np.array_equal(apply(True, 2), apply(True, 3))
+    assert not np.array_equal(apply(True, 2), apply(False, 2))
+
+
+def test_gradient_clipping_bounds_the_update_to_the_clip_norm():
+    # Plain SGD (no momentum, constant rate 0.5): the update is -0.5 x the clipped gradient.
+    config = config_lib.test().replace(optimizer="sgd", momentum=0.0, learning_rate=0.5,
+                                       end_learning_rate=0.5, grad_clip_norm=0.01)
+    snapshots, _, history = train(config, steps=1)
+    step = optax.tree.norm(jax.tree.map(np.subtract, snapshots[1], snapshots[0]))
+    assert float(history[0]["grad_norm"]) > 1.0  # the raw gradient is far above the clip norm
+    assert float(step) == pytest.approx(0.5 * 0.01, rel=1e-4)
+    # Without clipping the same step moves by the raw gradient's norm.
+    snapshots, _, history = train(config.replace(grad_clip_norm=0.0), steps=1)
+    step = optax.tree.norm(jax.tree.map(np.subtract, snapshots[1], snapshots[0]))
+    assert float(step) == pytest.approx(0.5 * float(history[0]["grad_norm"]), rel=1e-4)

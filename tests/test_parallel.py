@@ -14,7 +14,7 @@ from cvae import config as config_lib
 from cvae.callbacks import Callback, Checkpointer
 from cvae.checkpoint import load_checkpoint
 from cvae.loop import train_and_evaluate
-from synthetic import synthetic_dataset
+from cvae.synthetic import synthetic_dataset
 
 class Losses(Callback):
     def __init__(self): self.values = []

@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
+from trees import tree_equal
 
 from cvae.checkpoint import load_checkpoint
-from synthetic import write_synthetic_idx
-from trees import tree_equal
+from cvae.synthetic import write_synthetic_idx
 
 TRAIN_FLAGS = ["--train-limit", 256, "--batch-size", 16, "--epochs", 6, "--hidden-sizes", "32",
                "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 4,

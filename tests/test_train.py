@@ -2,16 +2,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from trees import tree_equal
 
 from cvae import config as config_lib
 from cvae.callbacks import Callback, Checkpointer, NanGuard
 from cvae.loop import train_and_evaluate
 from cvae.model import create_model
 from cvae.optim import create_optimizer
+from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_chunk, create_train_step, epoch_permutation, run_key, to_batch
-from synthetic import synthetic_dataset
-from trees import tree_equal
-
 
 
 def setup(config):

@@ -1,4 +1,8 @@
-"""Tiny synthetic digit-like data: class d lights up a band of rows, so labels matter."""
+"""Tiny synthetic digit-like data: class d lights up a band of rows, so labels matter.
+
+The one synthetic dataset of the project, for tests, smoke runs and the benchmarks' quick mode:
+learnable in a few steps, made in milliseconds, no files needed. NumPy only.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.data import Dataset, write_idx
+from cvae.data import Dataset, raw_dir_of
+from cvae.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS, write_idx
 
 
 def synthetic_images(labels: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -19,6 +24,7 @@ def synthetic_images(labels: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def synthetic_dataset(num_train: int = 256, num_test: int = 64, seed: int = 0) -> Dataset:
+    """Random labels, images from `synthetic_images`; train and test drawn independently."""
     rng = np.random.default_rng(seed)
     train_labels = rng.integers(0, 10, num_train).astype(np.int32)
     test_labels = rng.integers(0, 10, num_test).astype(np.int32)
@@ -29,9 +35,9 @@ def synthetic_dataset(num_train: int = 256, num_test: int = 64, seed: int = 0) -
 def write_synthetic_idx(data_dir: Path, num_train: int = 256, num_test: int = 64) -> Dataset:
     """The synthetic set as the four standard IDX files under data_dir/MNIST/raw."""
     data = synthetic_dataset(num_train, num_test)
-    raw = Path(data_dir) / "MNIST" / "raw"
-    write_idx(raw / "train-images-idx3-ubyte", data.train_images)
-    write_idx(raw / "train-labels-idx1-ubyte", data.train_labels)
-    write_idx(raw / "t10k-images-idx3-ubyte", data.test_images)
-    write_idx(raw / "t10k-labels-idx1-ubyte", data.test_labels)
+    raw = raw_dir_of(data_dir, "mnist")
+    write_idx(raw / TRAIN_IMAGES, data.train_images)
+    write_idx(raw / TRAIN_LABELS, data.train_labels)
+    write_idx(raw / TEST_IMAGES, data.test_images)
+    write_idx(raw / TEST_LABELS, data.test_labels)
     return data

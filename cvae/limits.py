@@ -1,0 +1,18 @@
+"""What a sample request may ask for, defined once for `cvae sample`, the grid code and the service.
+
+Plain numbers with no imports, so the CLI reads them without loading NumPy or JAX. The layout
+they bound is `cvae.grid`'s (torchvision's `make_grid` convention, docs/design.md "HTTP service").
+"""
+
+MAX_N = 1024  # samples per digit, and grid columns: 1..MAX_N
+DEFAULT_N = 16
+MAX_SCALE = 8  # integer upscale of each 28x28 tile: 1..MAX_SCALE
+DEFAULT_SCALE = 1
+MAX_PAD = 8  # px of background around every tile: 0..MAX_PAD
+DEFAULT_PAD = 2
+MAX_TEMPERATURE = 2.0  # z ~ N(0, t^2 I) with 0 < t <= MAX_TEMPERATURE
+DEFAULT_TEMPERATURE = 1.0
+# Seeds are 32-bit: without jax_enable_x64 a key keeps only 32 bits of its seed, so larger
+# values would silently collide with smaller ones. Training, sampling, eval and the service
+# share this range.
+MAX_SEED = 2**32 - 1
