@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
 from cvae.checkpoint import create_manager, save_checkpoint
@@ -268,39 +267,17 @@ class TensorBoard(Callback):
 
 
 class LossCurve(Callback):
-    """At the end of training, draws train and test loss per epoch from `metrics.jsonl`."""
+    """At the end of training, plots loss and KL per epoch from `metrics.jsonl` into
+    `loss_curve.png` (`cvae.plots`): train, and each evaluated split."""
 
     def on_fit_end(self, run):
         path = Path(run.checkpoint_dir) / "metrics.jsonl"
         if not path.exists():
             return
+        from cvae.plots import save_loss_curve  # imported here: matplotlib loads in ~0.3 s
+
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        series = {"train": [r.get("train_loss") for r in records],
-                  "test": [r.get("test_loss") for r in records]}
-        save_png(plot_curves(series), Path(run.checkpoint_dir) / "loss_curve.png")
-
-
-def plot_curves(series: dict[str, list], width: int = 480, height: int = 320) -> np.ndarray:
-    """A minimal line plot (grayscale uint8[H, W]): train solid white, test gray, y auto-range."""
-    image = Image.new("L", (width, height), 0)
-    draw = ImageDraw.Draw(image)
-    margin = 40
-    values = [v for line in series.values() for v in line if v is not None and math.isfinite(v)]
-    if values:
-        low, high = min(values), max(values)
-        span = (high - low) or 1.0
-        count = max(len(line) for line in series.values())
-        for shade, line in zip((255, 140), series.values()):
-            points = [(margin + (width - 2 * margin) * i / max(count - 1, 1),
-                       height - margin - (height - 2 * margin) * (v - low) / span)
-                      for i, v in enumerate(line) if v is not None and math.isfinite(v)]
-            if len(points) > 1:
-                draw.line(points, fill=shade, width=2)
-        draw.text((4, 4), f"loss {high:.1f}", fill=200)
-        draw.text((4, height - margin + 4), f"{low:.1f}", fill=200)
-        draw.text((width - 150, 4), "train (white) test (gray)", fill=200)
-    draw.rectangle([margin, margin, width - margin, height - margin], outline=90)
-    return np.asarray(image)
+        save_loss_curve(records, Path(run.checkpoint_dir) / "loss_curve.png")
 
 
 def default_callbacks(config, progress: bool = True) -> list[Callback]:

@@ -54,5 +54,4 @@ def test_tensorboard_and_loss_curve_files_are_written(tmp_path):
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100
     with Image.open(tmp_path / "loss_curve.png") as image:
-        assert image.size == (480, 320) and image.mode == "L"
-        assert np.asarray(image).max() == 255  # the train line was drawn
+        assert image.format == "PNG" and image.size == (1000, 400)  # 10 x 4 inches at 100 dpi
