@@ -128,3 +128,26 @@ def test_torchvision_source_reads_data_and_targets(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchvision.datasets", fake.datasets)
     dataset = data.load_dataset(tmp_path, name="kmnist", source="torchvision")
     assert_dataset_matches(dataset, arrays, name="kmnist")
+
+
+# --- the real torchvision (the `torch` extra; .ci/run installs it and runs these) -------------
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "kmnist"])
+def test_real_torchvision_reads_the_same_bytes_as_the_idx_reader(tmp_path, name):
+    pytest.importorskip("torch", reason="the torch extra is not installed")
+    import torchvision  # noqa: F401  (the extra installs it with torch: missing is a failure)
+
+    arrays = write_four(data.raw_dir_of(tmp_path, name), train_n=12, test_n=5)
+    through_torchvision = data.load_dataset(tmp_path, name=name, source="torchvision")
+    assert_dataset_matches(through_torchvision, arrays, name=name)
+    assert_dataset_matches(data.load_dataset(tmp_path, name=name, source="idx"), arrays,
+                           name=name)
+
+
+def test_real_torchvision_without_the_files_is_one_line_naming_the_folder(tmp_path):
+    pytest.importorskip("torch", reason="the torch extra is not installed")
+
+    with pytest.raises(DataError) as excinfo:
+        data.load_dataset(tmp_path, source="torchvision")
+    assert_one_line_error(excinfo, tmp_path / "MNIST" / "raw", "torchvision MNIST", "cvae data")
