@@ -146,11 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="address to bind (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
                        help="TCP port (default 8000)")
+    serve.add_argument("--workers", type=workers_count, default=1,
+                       help="worker processes on the port, or `auto` for one per core "
+                            "(default 1); each loads and compiles the model before it serves")
     serve.add_argument("--read-timeout", type=bounded(float, 0.1, 3600), default=10.0,
                        help="seconds a client has to send a whole request (default 10)")
     serve.add_argument("--write-timeout", type=bounded(float, 0.1, 3600), default=30.0,
                        help="seconds a client may stop reading a response before it is cut "
                             "off (default 30)")
+    serve.add_argument("--poll-interval", type=bounded(float, 0.1, 3600), default=2.0,
+                       help="seconds between looks for a newer checkpoint (default 2)")
+    serve.add_argument("--cache-max-age", type=bounded(int, 0, 31536000), default=600,
+                       help="seconds browsers and CDNs may keep a seeded picture before "
+                            "revalidating its ETag (default 600)")
+    serve.add_argument("--no-access-log", dest="access_log", action="store_false",
+                       help="do not log every request (for load tests)")
     return parser
 
 
@@ -239,11 +249,18 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
-    from service.app import serve
+def workers_count(text: str) -> int | str:
+    """argparse type for --workers: a count in 1..64, or `auto`."""
+    return text if text == "auto" else bounded(int, 1, 64)(text)
 
-    serve(args.checkpoint_dir, args.host, args.port, read_timeout=args.read_timeout,
-          write_timeout=args.write_timeout)
+
+def cmd_serve(args) -> int:
+    from service.server import lazy_app, serve
+
+    app = lazy_app("service.app:create_app", args.checkpoint_dir,
+                   poll_interval=args.poll_interval, cache_max_age=args.cache_max_age)
+    serve(app, args.host, args.port, workers=args.workers, read_timeout=args.read_timeout,
+          write_timeout=args.write_timeout, access_log=args.access_log)
     return 0
 
 

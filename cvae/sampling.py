@@ -1,10 +1,10 @@
 """The one decode sampler, shared by `cvae sample`, the per-epoch grids and the service.
 
 A request is (digit or all digits, n, seed, temperature). Its latents depend only on those
-values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding always
-runs on fixed-size blocks of `block_rows` rows, padded, so the compiled program is the same
-whatever else is being decoded alongside: a seeded request gives the same pixels whether it was
-decoded alone or batched with others.
+values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding runs on
+padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), so a row's
+pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
+whether it was decoded alone or batched with others.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model import CVAE, create_model, pixel_means
 
 DIGITS = tuple(range(NUM_CLASSES))
-DEFAULT_BLOCK_ROWS = 64
 
 
 def create_decode_fn(model: CVAE, config: Config) -> Callable:
@@ -105,31 +104,81 @@ def batch_latents(requests: list[LatentRequest], latent_dim: int
     return results
 
 
+# Decode block shapes. XLA's CPU dot picks its kernel by shape, and blocks of 56 rows or more
+# share one kernel here, so a row decodes to the same bits in any of these blocks (smaller blocks
+# do not: 1, 2-32 and 40-48 rows each give other bits). `Sampler.check_blocks` verifies this on
+# the running platform and keeps only the sizes that agree.
+DECODE_BLOCKS = (64, 128, 256, 512, 1024)
+_CALL_COST_ROWS = 8  # one more device call costs about as much as decoding 8 more rows
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_blocks(rows: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The block sizes that cover `rows` rows most cheaply (padded rows + call overhead)."""
+    if rows <= 0:
+        return ()
+    largest = max(sizes)
+    if rows >= largest:
+        return (largest, *plan_blocks(rows - largest, sizes))
+    options = [(min(s for s in sizes if s >= rows),)]
+    fitting = [s for s in sizes if s <= rows]
+    if fitting:
+        options.append((max(fitting), *plan_blocks(rows - max(fitting), sizes)))
+    return min(options, key=lambda plan: sum(plan) + _CALL_COST_ROWS * len(plan))
+
+
 @dataclasses.dataclass
 class Sampler:
-    """Decodes latents in fixed-size padded blocks; holds the weights of one checkpoint."""
+    """Decodes latents in padded blocks of a few fixed sizes; holds the weights of one checkpoint."""
 
     config: Config
     variables: dict
     decode_fn: Callable
     step: int = 0
-    block_rows: int = DEFAULT_BLOCK_ROWS
+    block_sizes: tuple[int, ...] = DECODE_BLOCKS
+
+    @property
+    def latent_dim(self) -> int:
+        return self.config.latent_dim
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """f32[B, L], i32[B] -> f32[B, 28, 28], decoded `block_rows` rows at a time."""
-        outputs = []
-        for start in range(0, len(z), self.block_rows):
-            rows = z[start:start + self.block_rows]
-            pad = self.block_rows - len(rows)
+        """f32[B, L], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks` chooses."""
+        outputs, start = [], 0
+        for size in plan_blocks(len(z), self.block_sizes):
+            rows = z[start:start + size]
+            pad = size - len(rows)
             z_block = np.pad(rows, ((0, pad), (0, 0)))
-            label_block = np.pad(labels[start:start + self.block_rows], (0, pad))
+            label_block = np.pad(labels[start:start + size], (0, pad))
             images = self.decode_fn(self.variables, z_block, label_block)
             outputs.append(np.asarray(images)[:len(rows)])
+            start += size
         return np.concatenate(outputs) if outputs else np.zeros((0, 28, 28), np.float32)
 
+    def check_blocks(self) -> tuple[int, ...]:
+        """Keep only the block sizes that decode a row to the same bits as the smallest one.
+
+        Compiles every size (so it doubles as the warm-up) and returns the sizes dropped. A
+        request's pixels must not depend on how many rows it was decoded with.
+        """
+        smallest = min(self.block_sizes)
+        rng = np.random.default_rng(0)
+        z = rng.standard_normal((smallest, self.latent_dim)).astype(np.float32)
+        labels = (np.arange(smallest) % len(DIGITS)).astype(np.int32)
+        reference = None
+        kept, dropped = [], []
+        for size in sorted(self.block_sizes):
+            z_block = np.pad(z, ((0, size - smallest), (0, 0)))
+            images = np.asarray(self.decode_fn(self.variables, z_block,
+                                               np.pad(labels, (0, size - smallest))))[:smallest]
+            if reference is None:
+                reference = images
+            (kept if np.array_equal(images, reference) else dropped).append(size)
+        self.block_sizes = tuple(kept)
+        return tuple(dropped)
+
     def warm_up(self) -> None:
-        """Compile the decode program before the first real request."""
-        self.decode(np.zeros((1, self.config.latent_dim), np.float32), np.zeros(1, np.int32))
+        """Compile the decode programs before the first real request."""
+        self.check_blocks()
 
     def sample_images(self, digit: int | None, n: int, seed: int,
                       temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
@@ -155,7 +204,7 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
 
 
 def load_sampler(checkpoint_dir, step: int | None = None,
-                 block_rows: int = DEFAULT_BLOCK_ROWS) -> Sampler:
+                 block_rows: int | None = None) -> Sampler:
     """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them."""
     from cvae.checkpoint import load_checkpoint  # checkpoint -> model; keeps this import light
 
@@ -166,5 +215,7 @@ def load_sampler(checkpoint_dir, step: int | None = None,
 
 
 def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
-                   block_rows: int = DEFAULT_BLOCK_ROWS) -> Sampler:
-    return Sampler(config, variables, create_decode_fn(model, config), step, block_rows)
+                   block_rows: int | None = None) -> Sampler:
+    """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`)."""
+    blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
+    return Sampler(config, variables, create_decode_fn(model, config), step, blocks)

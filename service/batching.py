@@ -1,37 +1,37 @@
-"""Dynamic batching: concurrent requests share one decode call, off the event loop.
+"""Continuous batching on the event loop: requests that arrive while one decode runs share the next.
 
 Synopsis:
 
-    batcher = Batcher(max_rows=1024, max_wait=0.002, queue_size=256)
-    batcher.start()
+    batcher = Batcher(max_rows=4096, max_pending_rows=40960)
     request = LatentRequest(seed=1, digits=(7,), n=16, temperature=1.0)
-    future = batcher.submit(Job(sampler, request, finish=lambda images: png(images)))
-    png = await asyncio.wrap_future(future)   # never blocks the event loop
-    batcher.stop()
+    images = await batcher.decode(sampler, request)   # f32[16, 28, 28]; never blocks the loop
+    await batcher.stop()
 
-A request becomes a `Job`: its `LatentRequest` (seed, digits, n, temperature: its latent rows
-z f32[R, L] and labels i32[R] are a function of these alone, so its pixels do not depend on
-who shares the batch; the worker draws the rows of a whole batch in one call with
-`cvae.sampling.batch_latents`, bit-identical to `request_latents`), the model that must decode
-them (requests keep the weights they started with across a checkpoint swap) and a `finish`
-function (grid + PNG) run on a small encoder pool. One worker thread takes the oldest job, waits
-at most `max_wait` seconds after that job arrived for more (only while other requests are in
-flight, i.e. being encoded or sent, so more are likely to come; under load the queue is already
-full and nobody waits), concatenates up to `max_rows` rows per model and decodes them with
-`model.decode`, which runs fixed-size padded blocks, so nothing recompiles. Admission is bounded
-by jobs and by rows in flight (queued, decoding or encoding): when either is exhausted `submit`
-raises `QueueFull` and the service answers 503 with Retry-After instead of queueing without end.
+Why this shape: on two cores the service is bound by per-request Python, not by the model, so
+the request path must be as short as possible. Everything except the device work runs on the
+event loop thread: `decode` appends the request to a list and awaits a plain asyncio future. One
+drain task takes the pending requests (up to `max_rows` rows, all for the same model) and hands
+them to a single worker thread that draws their latents in one call
+(`cvae.sampling.batch_latents`, bit-identical to `request_latents`) and decodes them in one call
+(`Sampler.decode`, fixed block shapes, so a request's pixels never depend on its neighbours).
+That is one thread hop per batch, not per request, and no locks. While a batch decodes, new
+requests gather for the next one: under load, batches grow by themselves; a lone request is
+decoded at once, with no timer to wait on.
+
+Admission is bounded by the rows pending or decoding: past `max_pending_rows` `decode` raises
+`QueueFull` (the service answers 503 with Retry-After). A batch that takes longer than
+`timeout` seconds fails its requests with `TimeoutError`, and a request that waited longer than
+that before its batch started is failed the same way, so no request waits without end.
 """
 
 from __future__ import annotations
 
-import collections
+import asyncio
 import concurrent.futures
 import dataclasses
 import logging
-import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -49,154 +49,138 @@ class Stopped(RuntimeError):
 
 
 class Decoder(Protocol):
+    """What a batch is decoded with: usually a `cvae.sampling.Sampler` (one checkpoint)."""
+
+    latent_dim: int
+
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
 
 
-@dataclasses.dataclass(eq=False)
-class Job:
-    """One request's rows. `decoder` is usually a `cvae.sampling.Sampler` (one checkpoint)."""
-
-    decoder: Decoder  # has .config.latent_dim and .decode(z, labels)
+@dataclasses.dataclass(eq=False, slots=True)
+class Pending:
+    decoder: Decoder
     request: LatentRequest
-    finish: Callable[[np.ndarray], Any] = lambda images: images  # f32[R, 28, 28] -> result
-    future: concurrent.futures.Future = dataclasses.field(
-        default_factory=concurrent.futures.Future)
-    arrived: float = dataclasses.field(default_factory=time.monotonic)
-
-    @property
-    def rows(self) -> int:
-        return len(self.request.digits) * self.request.n
+    rows: int
+    future: asyncio.Future
+    arrived: float
 
 
-BatchHook = Callable[[int, int], None]  # (jobs, rows) of each decode call, for metrics
+BatchHook = Callable[[int, int, int], None]  # (requests, rows, rows still pending) per batch
 
 
 class Batcher:
-    """A bounded queue of `Job`s and one decode worker thread (see the module docstring)."""
+    """Gathers concurrent `decode` calls into batches (see the module docstring)."""
 
-    def __init__(self, max_rows: int = 1024, max_wait: float = 0.002, queue_size: int = 256,
-                 max_inflight_rows: int = 4 * 10240, encoder_threads: int = 2,
-                 on_batch: BatchHook | None = None,
+    def __init__(self, max_rows: int = 4096, max_pending_rows: int = 40960,
+                 timeout: float = 30.0, on_batch: BatchHook | None = None,
                  latents_fn: Callable[[list[LatentRequest], int], list] = batch_latents):
-        if max_rows < 1 or queue_size < 1 or max_wait < 0:
-            raise ValueError("max_rows and queue_size must be >= 1 and max_wait >= 0")
-        self.max_rows, self.max_wait, self.queue_size = max_rows, max_wait, queue_size
-        self.max_inflight_rows = max_inflight_rows
+        if max_rows < 1 or max_pending_rows < 1 or timeout <= 0:
+            raise ValueError("max_rows and max_pending_rows must be >= 1 and timeout > 0")
+        self.max_rows, self.max_pending_rows, self.timeout = max_rows, max_pending_rows, timeout
         self.on_batch, self.latents_fn = on_batch, latents_fn
-        self._queue: collections.deque[Job] = collections.deque()
-        self._cond = threading.Condition()
-        self._inflight_rows = 0
+        self._pending: list[Pending] = []
+        self._pending_rows = 0
+        self._busy_rows = 0  # rows of the batch being decoded
+        self._drain: asyncio.Task | None = None
         self._stopping = False
-        self._worker = threading.Thread(target=self._run, name="cvae-batcher", daemon=True)
-        self._encoder = concurrent.futures.ThreadPoolExecutor(encoder_threads, "cvae-encode")
-
-    # -- producer side (any thread, never blocks) --------------------------------------------
-
-    def start(self) -> Batcher:
-        self._worker.start()
-        return self
-
-    def submit(self, job: Job) -> concurrent.futures.Future:
-        """Queue `job`; raises QueueFull at the bound (an empty batcher takes any one job)."""
-        with self._cond:
-            if self._stopping:
-                raise Stopped("the service is shutting down")
-            busy = self._queue or self._inflight_rows
-            if busy and (len(self._queue) >= self.queue_size
-                         or self._inflight_rows + job.rows > self.max_inflight_rows):
-                raise QueueFull(f"{len(self._queue)} requests ({self._inflight_rows} rows) "
-                                f"already queued")
-            self._inflight_rows += job.rows
-            self._queue.append(job)
-            self._cond.notify()
-        return job.future
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, "cvae-decode")
 
     @property
     def depth(self) -> int:
-        return len(self._queue)
+        """Requests waiting for a decode."""
+        return len(self._pending)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Finish the jobs being decoded, fail the queued ones, stop the threads."""
-        with self._cond:
-            self._stopping = True
-            abandoned = list(self._queue)
-            self._queue.clear()
-            self._cond.notify_all()
-        for job in abandoned:
-            if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(Stopped("the service is shutting down"))
-        if self._worker.is_alive():
-            self._worker.join(timeout)
-        self._encoder.shutdown(wait=True, cancel_futures=False)
+    async def decode(self, decoder: Decoder, request: LatentRequest) -> np.ndarray:
+        """The request's images f32[rows, 28, 28], decoded together with whoever else is waiting.
 
-    # -- worker side ---------------------------------------------------------------------------
+        Raises QueueFull at the bound (an idle batcher takes any one request), Stopped while
+        shutting down, TimeoutError when the device does not answer in time.
+        """
+        if self._stopping:
+            raise Stopped("the service is shutting down")
+        rows = len(request.digits) * request.n
+        held = self._pending_rows + self._busy_rows
+        if held and held + rows > self.max_pending_rows:
+            raise QueueFull(f"{len(self._pending)} requests ({held} rows) already waiting")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.append(Pending(decoder, request, rows, future, loop.time()))
+        self._pending_rows += rows
+        if self._drain is None:
+            self._drain = loop.create_task(self._drain_pending())
+        return await future
 
-    def _take_batch(self) -> list[Job] | None:
-        """Blocks for the oldest job, then gathers more until max_rows or its wait runs out."""
-        with self._cond:
-            while not self._queue and not self._stopping:
-                self._cond.wait()
-            if self._stopping:
-                return None
-            batch, rows = [], 0
-            while True:
-                while self._queue and rows + self._queue[0].rows <= self.max_rows:
-                    job = self._queue.popleft()
-                    batch.append(job)
-                    rows += job.rows
-                if not batch:  # one job bigger than max_rows: decode it alone
-                    batch.append(self._queue.popleft())
-                    return batch
-                if self._queue or rows >= self.max_rows:
-                    return batch  # full, or the next job would not fit
-                if self._inflight_rows <= rows:
-                    return batch  # nobody else in flight (a lone client): waiting gains nothing
-                remaining = batch[0].arrived + self.max_wait - time.monotonic()
-                if remaining <= 0 or self._stopping:
-                    return batch
-                self._cond.wait(remaining)
+    async def stop(self) -> None:
+        """Fail the waiting requests, let the batch being decoded finish, stop the thread."""
+        self._stopping = True
+        self._fail(self._pending, Stopped("the service is shutting down"))
+        self._pending, self._pending_rows = [], 0
+        if self._drain is not None:
+            await asyncio.wait([self._drain], timeout=self.timeout)
+        await asyncio.to_thread(self._worker.shutdown, wait=True)
 
-    def _run(self) -> None:
-        while (batch := self._take_batch()) is not None:
-            live = [job for job in batch if job.future.set_running_or_notify_cancel()]
-            self._release([job for job in batch if job not in live])
-            # Jobs of different checkpoints (a swap while queued) are decoded separately.
-            groups: dict[int, list[Job]] = {}
-            for job in live:
-                groups.setdefault(id(job.decoder), []).append(job)
-            for jobs in groups.values():
-                self._decode(jobs)
+    # -- the drain task (event loop) -----------------------------------------------------------
 
-    def _decode(self, jobs: list[Job]) -> None:
+    async def _drain_pending(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            latents = self.latents_fn([job.request for job in jobs],
-                                      jobs[0].decoder.config.latent_dim)
-            z = np.concatenate([z for z, _ in latents])
-            labels = np.concatenate([labels for _, labels in latents])
-            images = jobs[0].decoder.decode(z, labels)
-        except Exception as error:  # a bug or a device failure: fail these jobs, keep serving
-            log.exception("decode of %d rows failed", sum(job.rows for job in jobs))
-            for job in jobs:
-                job.future.set_exception(error)
-            self._release(jobs)
-            return
-        if self.on_batch is not None:
-            self.on_batch(len(jobs), len(z))
-        start = 0
-        for job in jobs:
-            rows = images[start:start + job.rows]
-            start += job.rows
-            self._encoder.submit(self._finish, job, rows)
-
-    def _finish(self, job: Job, images: np.ndarray) -> None:
-        try:
-            job.future.set_result(job.finish(images))
-        except Exception as error:
-            job.future.set_exception(error)
+            while self._pending and not self._stopping:
+                batch = self._take(loop.time())
+                if not batch:
+                    continue
+                rows = sum(item.rows for item in batch)
+                self._busy_rows = rows
+                if self.on_batch is not None:
+                    self.on_batch(len(batch), rows, self._pending_rows)
+                work = loop.run_in_executor(self._worker, self._decode_batch, batch)
+                try:
+                    images = await asyncio.wait_for(work, self.timeout)
+                except Exception as error:  # a bug, a device failure or a hang: fail, keep serving
+                    if not isinstance(error, TimeoutError):
+                        log.error("decode of %d rows failed", rows, exc_info=error)
+                    self._fail(batch, error)
+                    continue
+                finally:
+                    self._busy_rows = 0
+                for item, result in zip(batch, images):
+                    if not item.future.done():  # its request may have been cancelled
+                        item.future.set_result(result)
         finally:
-            self._release([job])
+            self._drain = None
 
-    def _release(self, jobs: list[Job]) -> None:
-        if jobs:
-            with self._cond:
-                self._inflight_rows -= sum(job.rows for job in jobs)
+    def _take(self, now: float) -> list[Pending]:
+        """The oldest waiting requests for the first one's model, up to max_rows rows (one
+        larger request alone); requests that waited past the timeout are failed instead."""
+        expired = [item for item in self._pending if now - item.arrived > self.timeout]
+        if expired:
+            self._fail(expired, TimeoutError("waited too long for a decode"))
+        batch, rest, rows = [], [], 0
+        for item in self._pending:
+            if item in expired:
+                continue
+            fits = item.decoder is (batch[0].decoder if batch else item.decoder)
+            if fits and (not batch or rows + item.rows <= self.max_rows):
+                batch.append(item)
+                rows += item.rows
+            else:
+                rest.append(item)
+        self._pending = rest
+        self._pending_rows = sum(item.rows for item in rest)
+        return batch
+
+    @staticmethod
+    def _fail(items: list[Pending], error: BaseException) -> None:
+        for item in items:
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    # -- the worker thread -----------------------------------------------------------------------
+
+    def _decode_batch(self, batch: list[Pending]) -> list[np.ndarray]:
+        decoder = batch[0].decoder
+        latents = self.latents_fn([item.request for item in batch], decoder.latent_dim)
+        z = np.concatenate([z for z, _ in latents])
+        labels = np.concatenate([labels for _, labels in latents])
+        images = decoder.decode(z, labels)
+        bounds = np.cumsum([item.rows for item in batch])[:-1]
+        return np.split(images, bounds)

@@ -1,23 +1,21 @@
-"""The HTTP contract of service/app.py (DESIGN.md, "HTTP service"), through TestClient."""
+"""The HTTP contract of service/app.py (docs/design.md, "HTTP service"), through TestClient."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import io
+import os
 import shutil
 import threading
 import time
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
 from cvae.grid import grid_shape
-from cvae.sampling import LatentRequest, batch_latents, request_latents
-from service.app import create_app
-from service.batching import Batcher, Job, QueueFull
+from service.app import MAX_PIXELS, create_app
 
 
 @pytest.fixture(scope="module")
@@ -127,20 +125,79 @@ def test_random_seed_is_reported_and_reproduces_the_picture(client):
     assert client.get("/sample?digit=2&n=4").headers["x-seed"] != seed
 
 
+class GatedDecoder:
+    """Wraps a sampler; `decode` waits for `release`, so requests queue up behind it
+    deterministically."""
+
+    def __init__(self, sampler):
+        self.sampler, self.latent_dim = sampler, sampler.latent_dim
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def decode(self, z, labels):
+        self.entered.set()
+        assert self.release.wait(30)
+        return self.sampler.decode(z, labels)
+
+
+def serve_with(client: TestClient, decoder) -> None:
+    """Make the app's served model decode through `decoder` (same weights, same step)."""
+    watcher = client.app.state.watcher
+    watcher.current = dataclasses.replace(watcher.current, sampler=decoder)
+
+
 def test_concurrent_requests_give_the_bytes_of_requests_made_alone(client, trained_run):
     queries = [f"/sample?digit={i % 10}&n={1 + i % 7}&seed={i}&temperature={0.5 + i % 3 / 2}"
                for i in range(24)] + ["/sample?n=2&seed=5"]
     alone = [client.get(query).content for query in queries]
-    # A long batching window so the concurrent requests really share decode calls.
-    with TestClient(create_app(trained_run.directory, max_wait_ms=200)) as batching:
+    with TestClient(create_app(trained_run.directory, poll_interval=3600)) as batching:
+        gated = GatedDecoder(batching.app.state.watcher.current.sampler)
+        serve_with(batching, gated)
         with concurrent.futures.ThreadPoolExecutor(len(queries)) as pool:
-            together = list(pool.map(lambda query: batching.get(query).content, queries))
+            first = pool.submit(batching.get, queries[0])
+            assert gated.entered.wait(30)
+            rest = [pool.submit(batching.get, query) for query in queries[1:]]
+            wait_until(lambda: batching.app.state.batcher.depth == len(queries) - 1)
+            gated.release.set()
+            together = [first.result().content] + [f.result().content for f in rest]
         metrics = batching.get("/metrics").text
     assert together == alone
     values = dict(line.split() for line in metrics.splitlines()
                   if line.startswith(("cvae_batch_requests_count", "cvae_batch_requests_sum")))
-    # Fewer decode calls than requests: some really were batched together.
-    assert float(values["cvae_batch_requests_count"]) < float(values["cvae_batch_requests_sum"])
+    # Two decode calls for 25 requests: the lone first one, then everything that queued.
+    assert float(values["cvae_batch_requests_count"]) == 2
+    assert float(values["cvae_batch_requests_sum"]) == len(queries)
+
+
+# ---- HTTP caching --------------------------------------------------------------------------
+
+
+def test_seeded_picture_has_a_strong_etag_and_revalidates_to_304(client, trained_run):
+    first = client.get("/sample?digit=4&n=6&seed=11")
+    etag = first.headers["etag"]
+    assert etag.startswith(f'"{max(trained_run.steps)}-') and etag.endswith('"')
+    assert first.headers["cache-control"] == "public, max-age=600"
+    again = client.get("/sample?digit=4&n=6&seed=11")
+    assert again.headers["etag"] == etag and again.content == first.content
+    for header in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+        cached = client.get("/sample?digit=4&n=6&seed=11", headers={"If-None-Match": header})
+        assert cached.status_code == 304 and cached.content == b"", header
+        assert cached.headers["etag"] == etag and cached.headers["x-seed"] == "11"
+    stale = client.get("/sample?digit=4&n=6&seed=11", headers={"If-None-Match": '"468-x"'})
+    assert stale.status_code == 200 and stale.content == first.content
+    # Any parameter that changes the bytes changes the tag.
+    for other in ("digit=5&n=6&seed=11", "digit=4&n=7&seed=11", "digit=4&n=6&seed=12",
+                  "digit=4&n=6&seed=11&temperature=0.5", "digit=4&n=6&seed=11&scale=2",
+                  "digit=4&n=6&seed=11&pad=0", "digit=4&n=6&seed=11&cols=2"):
+        assert client.get(f"/sample?{other}").headers["etag"] != etag, other
+    # Spelling the same request differently does not.
+    assert client.get("/sample?seed=11&n=6&digit=4&temperature=1&cols=3").headers[
+        "etag"] == etag
+
+
+def test_unseeded_picture_is_not_cacheable(client):
+    drawn = client.get("/sample?digit=4&n=6")
+    assert drawn.headers["cache-control"] == "no-store" and "etag" not in drawn.headers
+    assert client.get("/sample?digit=4&n=6", headers={"If-None-Match": "*"}).status_code == 200
 
 
 # ---- operations ----------------------------------------------------------------------------
@@ -150,6 +207,7 @@ def test_health_ready_metrics_docs_and_page(client, trained_run):
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["step"] == max(trained_run.steps)
+    assert ready["pid"] == os.getpid() and len(ready["fingerprint"]) == 64
     assert ready["config"]["latent_dim"] == trained_run.config.latent_dim
     assert ready["note"] is None
     client.get("/sample?digit=1&n=2")
@@ -160,7 +218,9 @@ def test_health_ready_metrics_docs_and_page(client, trained_run):
                      f"cvae_checkpoint_step {float(max(trained_run.steps))}"):
         assert expected in metrics.text
     assert client.get("/docs").status_code == 200
-    assert "/sample" in client.get("/openapi.json").json()["paths"]
+    sample = client.get("/openapi.json").json()["paths"]["/sample"]["get"]
+    assert f"{MAX_PIXELS // 10**6} MP" in sample["responses"]["422"]["description"]
+    assert {"200", "304", "422", "503"} <= set(sample["responses"])
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "<img" in page.text and "http://" not in page.text and "https://" not in page.text
@@ -221,95 +281,19 @@ def test_newer_checkpoints_are_swapped_in_and_corrupt_ones_skipped(tmp_path, tra
         assert client.get("/sample?digit=5&seed=7").status_code == 200
 
 
-class BlockingDecoder:
-    """Wraps a sampler; `decode` waits for `release` so the queue fills deterministically."""
-
-    def __init__(self, sampler):
-        self.sampler, self.config = sampler, sampler.config
-        self.entered, self.release = threading.Event(), threading.Event()
-
-    def decode(self, z, labels):
-        self.entered.set()
-        assert self.release.wait(30)
-        return self.sampler.decode(z, labels)
-
-
 def test_full_queue_is_503_with_retry_after(trained_run):
-    with TestClient(create_app(trained_run.directory, queue_size=1, max_wait_ms=0,
+    with TestClient(create_app(trained_run.directory, max_pending_rows=2,
                                poll_interval=3600)) as client:
-        watcher = client.app.state.watcher
-        blocking = BlockingDecoder(watcher.current.sampler)
-        watcher.current = type(watcher.current)(blocking, 99, 0, 0.0)
+        gated = GatedDecoder(client.app.state.watcher.current.sampler)
+        serve_with(client, gated)
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            decoding = pool.submit(client.get, "/sample?digit=1&n=1")
-            assert blocking.entered.wait(30)
-            queued = pool.submit(client.get, "/sample?digit=2&n=1")
+            decoding = pool.submit(client.get, "/sample?digit=1&n=1")  # 1 row decoding
+            assert gated.entered.wait(30)
+            queued = pool.submit(client.get, "/sample?digit=2&n=1")  # 1 row waiting: 2 held
             wait_until(lambda: client.app.state.batcher.depth == 1)
             refused = client.get("/sample?digit=3&n=1")
-            blocking.release.set()
+            gated.release.set()
             assert refused.status_code == 503
             assert refused.headers["retry-after"] == "1" and "full" in refused.json()["detail"]
             assert decoding.result().status_code == 200 and queued.result().status_code == 200
         assert "cvae_rejected_requests_total 1.0" in client.get("/metrics").text
-
-
-# ---- the batcher on its own (no JAX) -------------------------------------------------------
-
-
-class FakeDecoder:
-    config = SimpleNamespace(latent_dim=2)
-
-    def __init__(self):
-        self.calls = []
-
-    def decode(self, z, labels):
-        self.calls.append(len(z))
-        return np.repeat(z[:, :1, None], 28, axis=1).repeat(28, axis=2)
-
-
-def fake_latents(requests, latent_dim):
-    """Rows filled with the request's temperature, so each job's rows are recognisable."""
-    return [(np.full((r.n, latent_dim), r.temperature, np.float32), np.zeros(r.n, np.int32))
-            for r in requests]
-
-
-def job(decoder, rows, value):
-    return Job(decoder, LatentRequest(0, (0,), rows, value))
-
-
-def test_batcher_groups_rows_by_model_and_returns_each_jobs_own_rows():
-    first, second = FakeDecoder(), FakeDecoder()
-    batcher = Batcher(max_rows=10, max_wait=0.2, latents_fn=fake_latents)
-    jobs = [job(first, 3, 1.0), job(second, 2, 2.0), job(first, 4, 3.0), job(first, 5, 4.0)]
-    futures = [batcher.submit(j) for j in jobs]  # queued before the worker starts
-    batcher.start()
-    results = [f.result(10) for f in futures]
-    batcher.stop()
-    for j, images in zip(jobs, results):
-        assert images.shape == (j.rows, 28, 28) and np.all(images == j.request.temperature)
-    assert first.calls == [7, 5] and second.calls == [2]  # 3+4 fit in 10 rows, 5 did not
-
-
-def test_batcher_decodes_an_oversized_job_alone_and_bounds_the_queue():
-    decoder = FakeDecoder()
-    batcher = Batcher(max_rows=4, max_wait=0, queue_size=2, latents_fn=fake_latents)
-    big = batcher.submit(job(decoder, 9, 1.0))
-    batcher.submit(job(decoder, 1, 1.0))
-    with pytest.raises(QueueFull):
-        batcher.submit(job(decoder, 1, 1.0))
-    batcher.start()
-    assert big.result(10).shape == (9, 28, 28)
-    batcher.stop()
-    assert decoder.calls[0] == 9
-
-
-def test_batch_latents_equal_request_latents_bit_for_bit():
-    seeds = (0, 2**31, 2**32 - 1, 12345)
-    requests = [LatentRequest(seed, digits, n, temperature)
-                for seed, temperature in zip(seeds, (1.0, 0.3, 1.7, 0.05))
-                for digits in ((7,), tuple(range(10)))
-                for n in (1, 17)]
-    for request, (z, labels) in zip(requests, batch_latents(requests, 4)):
-        expected_z, expected_labels = request_latents(*request[:3], 4, request.temperature)
-        assert z.dtype == expected_z.dtype and np.array_equal(z, expected_z), request
-        assert np.array_equal(labels, expected_labels)

@@ -1,0 +1,197 @@
+"""Which checkpoint a service process serves, and moving to newer ones as they appear.
+
+A `CheckpointWatcher` thread polls the checkpoint directory every `poll_interval` seconds (or
+when woken, e.g. on SIGHUP) and swaps in the newest readable step. The served model is one
+immutable `Loaded` object behind a reference, so a swap is atomic and a request keeps the
+weights it started with. Every process (worker or replica) runs its own watcher over the same
+directory, so all of them converge on the newest step within one poll interval, with no
+coordination between them.
+
+The directory is only read: Orbax's `CheckpointManager` may delete steps and is not safe to
+share between processes, so readers go through `cvae.sampling.load_sampler`'s read-only path. A
+corrupt or half-written newest step is skipped, logged and named in `note`; a step that
+vanishes while being read is tolerated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+
+from cvae.grid import make_grid, png_bytes
+from cvae.sampling import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """The model being served: replaced as a whole, never mutated."""
+
+    sampler: Sampler
+    step: int
+    mtime_ns: int  # of the step folder, to notice a step rewritten under the same number
+    loaded_at: float
+    # sha256 of the decoder's weights, JAX version and backend: what decides a seeded PNG's
+    # bytes besides the request, so replicas serving equal weights give equal ETags.
+    fingerprint: str
+
+
+def fingerprint(sampler: Sampler) -> str:
+    digest = hashlib.sha256(f"{jax.__version__} {jax.default_backend()}".encode())
+    for leaf in jax.tree.leaves(sampler.variables):
+        array = np.asarray(leaf)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def list_steps(directory: Path) -> list[int]:
+    """Committed step folders, newest first (Orbax names temporary folders non-numerically)."""
+    try:
+        return sorted((int(p.name) for p in directory.iterdir()
+                       if p.name.isdigit() and p.is_dir()), reverse=True)
+    except OSError:  # missing, or vanished while listing
+        return []
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+# Latent draws are compiled per (rows, pairs) size class: warm the ones a burst of common
+# requests (n <= 16, one digit or all ten) hits, up to a full decode batch of them.
+WARM_PAIR_COUNTS = (1, 8, 16, 32, 64, 128, 256)
+
+
+def warm_up(sampler: Sampler) -> tuple[int, ...]:
+    """Compile every decode block (checking they agree bit for bit) and the common latent draws,
+    so requests do not pay for compilation. Returns the block sizes dropped by the check."""
+    dropped = sampler.check_blocks()
+    for pairs in WARM_PAIR_COUNTS:
+        batch_latents([LatentRequest(0, (7,), 16, 1.0)] * pairs, sampler.latent_dim)
+    png_bytes(make_grid(sampler.decode(*batch_latents(
+        [LatentRequest(0, DIGITS, 16, 1.0)], sampler.latent_dim)[0]), 16))
+    return dropped
+
+
+def load(directory: Path, step: int) -> Loaded:
+    """Read, compile and fingerprint one step (slow: seconds)."""
+    mtime = _mtime_ns(directory / str(step))
+    if mtime is None:
+        raise FileNotFoundError(f"step {step} vanished")
+    sampler = load_sampler(directory, step)
+    dropped = warm_up(sampler)
+    if dropped:
+        log.warning("decode blocks of %s rows give other bits than %d rows on this platform; "
+                    "using %s only", dropped, min(sampler.block_sizes), sampler.block_sizes)
+    return Loaded(sampler, step, mtime, time.time(), fingerprint(sampler))
+
+
+StepHook = Callable[[str, int], None]  # ("loaded" | "failed", step), for metrics
+
+
+class CheckpointWatcher:
+    """Holds the served `Loaded` model and replaces it when a newer step becomes readable."""
+
+    def __init__(self, directory: str | Path, poll_interval: float = 2.0,
+                 on_load: StepHook | None = None):
+        self.directory = Path(directory).absolute()
+        self.poll_interval, self.on_load = poll_interval, on_load
+        self.current: Loaded | None = None
+        self.note: str | None = None  # why not ready, or which newer step was skipped
+        self.failed: dict[tuple[int, int], str] = {}  # (step, mtime_ns) -> reason
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._poll, name="cvae-checkpoints", daemon=True)
+
+    def refresh(self) -> None:
+        """Load the newest readable step if it is not the one served (poller thread).
+
+        Normally that means a step newer than the served one; when the served step's folder
+        vanished or was rewritten (`cvae train --fresh` sets old runs aside), any step will do.
+        """
+        steps = list_steps(self.directory)
+        current = self.current
+        unchanged = (current is not None
+                     and _mtime_ns(self.directory / str(current.step)) == current.mtime_ns)
+        candidates = [s for s in steps if s > current.step] if unchanged else steps
+        skipped = []
+        for step in candidates:
+            reason = self._try_load(step)
+            if reason is None:
+                break
+            skipped.append(f"step {step}: {reason}")
+        self._update_note(skipped)
+
+    def _try_load(self, step: int) -> str | None:
+        """Loads and swaps in `step`; returns None, or why it could not."""
+        key = (step, _mtime_ns(self.directory / str(step)))
+        if key[1] is None:
+            return "vanished"
+        if key in self.failed:
+            return self.failed[key]
+        try:
+            loaded = load(self.directory, step)
+        except Exception as error:  # a corrupt or half-deleted step must not stop the service
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            self.failed[key] = reason
+            self._notify("failed", step)
+            log.warning("cannot load checkpoint step %d in %s (%s); %s", step, self.directory,
+                        reason, f"keeping step {self.current.step}" if self.current
+                        else "nothing to serve yet")
+            return reason
+        self.current = loaded
+        self._notify("loaded", step)
+        log.warning("serving checkpoint step %d from %s", step, self.directory)
+        return None
+
+    def _notify(self, outcome: str, step: int) -> None:
+        if self.on_load is not None:
+            self.on_load(outcome, step)
+
+    def _update_note(self, skipped: list[str]) -> None:
+        if self.current is None:
+            where = (f"no checkpoint in {self.directory}" if not skipped
+                     else f"no readable checkpoint in {self.directory} ({'; '.join(skipped)})")
+            self.note = (f"{where}: run `make train` (or `cvae train --checkpoint-dir "
+                         f"{self.directory}`); the service picks it up when it appears")
+        elif skipped:
+            self.note = (f"serving step {self.current.step}: newer checkpoint(s) could not be "
+                         f"read ({'; '.join(skipped)})")
+        else:
+            self.note = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _poll(self) -> None:
+        while True:
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self.refresh()
+            except Exception:  # never let the poller die
+                log.exception("checkpoint poll of %s failed", self.directory)

@@ -1,0 +1,143 @@
+"""service/batching.py on its own: fake decoders, no model, no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from cvae.sampling import LatentRequest, batch_latents, request_latents
+from service.batching import Batcher, QueueFull, Stopped
+
+
+class FakeDecoder:
+    """Images whose pixels all equal the row's first latent value; records each call's rows.
+    `gate`, when given, holds every decode until it is set."""
+
+    latent_dim = 2
+
+    def __init__(self, gate: threading.Event | None = None):
+        self.calls: list[int] = []
+        self.gate = gate
+        self.entered = threading.Event()
+
+    def decode(self, z, labels):
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(30)
+        self.calls.append(len(z))
+        return np.repeat(z[:, :1, None], 28, axis=1).repeat(28, axis=2)
+
+
+def fake_latents(requests, latent_dim):
+    """Rows filled with the request's temperature, so each request's rows are recognisable."""
+    return [(np.full((r.n, latent_dim), r.temperature, np.float32), np.zeros(r.n, np.int32))
+            for r in requests]
+
+
+def request(rows: int, value: float) -> LatentRequest:
+    return LatentRequest(0, (0,), rows, value)
+
+
+async def until(predicate, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def test_requests_waiting_during_a_decode_share_the_next_one_and_get_their_own_rows():
+    async def scenario():
+        gate = threading.Event()
+        first, second = FakeDecoder(gate), FakeDecoder(gate)
+        batcher = Batcher(max_rows=10, latents_fn=fake_latents)
+        lone = asyncio.create_task(batcher.decode(first, request(1, 9.0)))
+        await until(first.entered.is_set)  # decoding alone: nothing else was waiting
+        specs = [(first, 3, 1.0), (second, 2, 2.0), (first, 4, 3.0), (first, 5, 4.0)]
+        waiting = [asyncio.create_task(batcher.decode(d, request(rows, value)))
+                   for d, rows, value in specs]
+        await until(lambda: batcher.depth == len(specs))
+        gate.set()
+        results = await asyncio.gather(lone, *waiting)
+        await batcher.stop()
+        for (_, rows, value), images in zip([(first, 1, 9.0), *specs], results):
+            assert images.shape == (rows, 28, 28) and np.all(images == value)
+        # One model per decode, oldest first, at most 10 rows: [1], then 3+4 (5 did not fit),
+        # then 5; the other model's 2 rows in a call of their own.
+        assert first.calls == [1, 7, 5] and second.calls == [2]
+
+    asyncio.run(scenario())
+
+
+def test_an_oversized_request_is_decoded_alone_and_admission_is_bounded_by_rows():
+    async def scenario():
+        gate = threading.Event()
+        decoder = FakeDecoder(gate)
+        batcher = Batcher(max_rows=4, max_pending_rows=12, latents_fn=fake_latents)
+        big = asyncio.create_task(batcher.decode(decoder, request(9, 1.0)))  # idle: admitted
+        await until(decoder.entered.is_set)
+        queued = asyncio.create_task(batcher.decode(decoder, request(3, 2.0)))  # 9 + 3 = 12
+        await until(lambda: batcher.depth == 1)
+        with pytest.raises(QueueFull):
+            await batcher.decode(decoder, request(1, 3.0))  # 13 rows > 12
+        gate.set()
+        assert (await big).shape == (9, 28, 28) and (await queued).shape == (3, 28, 28)
+        assert decoder.calls == [9, 3]
+        await batcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_decode_that_fails_or_hangs_fails_its_requests_and_the_batcher_keeps_serving():
+    class Broken(FakeDecoder):
+        def decode(self, z, labels):
+            raise RuntimeError("device fell over")
+
+    async def scenario():
+        batcher = Batcher(timeout=0.3, latents_fn=fake_latents)
+        with pytest.raises(RuntimeError, match="device fell over"):
+            await batcher.decode(Broken(), request(2, 1.0))
+        hung = FakeDecoder(threading.Event())  # never released
+        with pytest.raises(TimeoutError):
+            await batcher.decode(hung, request(2, 1.0))
+        hung.gate.set()  # let the worker thread go, then serve again
+        assert (await batcher.decode(FakeDecoder(), request(2, 5.0))).shape == (2, 28, 28)
+        await batcher.stop()
+        with pytest.raises(Stopped):
+            await batcher.decode(FakeDecoder(), request(1, 1.0))
+
+    asyncio.run(scenario())
+
+
+def test_stop_fails_the_waiting_requests_and_finishes_the_decoding_one():
+    async def scenario():
+        gate = threading.Event()
+        decoder = FakeDecoder(gate)
+        batcher = Batcher(latents_fn=fake_latents)
+        decoding = asyncio.create_task(batcher.decode(decoder, request(2, 1.0)))
+        await until(decoder.entered.is_set)
+        waiting = asyncio.create_task(batcher.decode(decoder, request(2, 2.0)))
+        await until(lambda: batcher.depth == 1)
+        stopping = asyncio.create_task(batcher.stop())
+        with pytest.raises(Stopped):
+            await waiting
+        gate.set()
+        await stopping
+        assert (await decoding).shape == (2, 28, 28)
+
+    asyncio.run(scenario())
+
+
+def test_batch_latents_equal_request_latents_bit_for_bit():
+    seeds = (0, 2**31, 2**32 - 1, 12345)
+    requests = [LatentRequest(seed, digits, n, temperature)
+                for seed, temperature in zip(seeds, (1.0, 0.3, 1.7, 0.05))
+                for digits in ((7,), tuple(range(10)))
+                for n in (1, 17)]
+    for latent_request, (z, labels) in zip(requests, batch_latents(requests, 4)):
+        expected_z, expected_labels = request_latents(*latent_request[:3], 4,
+                                                      latent_request.temperature)
+        assert z.dtype == expected_z.dtype and np.array_equal(z, expected_z), latent_request
+        assert np.array_equal(labels, expected_labels)
