@@ -58,7 +58,9 @@ quality: train
 	$(BIN)/cvae train --preset seed --data-dir $(DATA_DIR) --checkpoint-dir $(BASELINE_DIR) --no-progress
 	$(BIN)/cvae eval --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --baseline-dir $(BASELINE_DIR) --json $(CHECKPOINT_DIR)/eval.json $(ARGS)
 
+# The service benchmark drives the server with wrk (Debian's package), installed here if missing.
 bench: data
+	command -v wrk >/dev/null || (apt-get install -y -qq wrk || (apt-get update -qq && apt-get install -y -qq wrk))
 	$(BIN)/python -m bench.run $(ARGS)
 
 # PyTorch for the benchmark's baseline (b) only: torch's CPU build, no torchvision (the `torch`
@@ -67,8 +69,10 @@ bench: data
 torch-cpu: setup
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
 
+# The service's soak, churn and fuzz tests, run longer than in `make test`.
 soak: setup
-	$(BIN)/python -m bench.soak $(ARGS)
+	CVAE_SOAK_SECONDS=60 CVAE_CHURN_SECONDS=20 CVAE_FUZZ_EXAMPLES=200 \
+		$(BIN)/python -m pytest -s tests/test_service_soak.py tests/test_service_fuzz.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info

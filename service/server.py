@@ -21,6 +21,7 @@ Slow or abandoned clients cost a connection for a bounded time only (`BoundedHtt
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib
 import logging
 import os
@@ -54,6 +55,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
       buffer above its high-water mark) is cut off after this many seconds. Without it the
       response stays buffered, and the socket open, for as long as the client likes.
 
+    It also marks every unanswered request of a lost connection as disconnected. uvicorn marks
+    only the newest one, so with pipelined requests an older one still being answered would
+    write to the closed transport, which uvloop refuses with a RuntimeError.
+
     uvicorn takes a protocol class, not options, so `worker_class` makes a subclass with the
     limits set. It relies on uvicorn's parser callbacks, hence uvicorn's upper bound in
     pyproject.toml.
@@ -65,8 +70,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport) -> None:
         self._read_timer = self._write_timer = None
         self._requests_in = self._responses_out = 0
+        self._unanswered = collections.deque()  # request cycles, oldest first
         super().connection_made(transport)
         self._await_request()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._unanswered.append(self.cycle)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -74,6 +84,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._read_timer = _cancel(self._read_timer)
 
     def on_response_complete(self) -> None:
+        if self._unanswered:
+            self._unanswered.popleft()
         super().on_response_complete()
         self._responses_out += 1
         if not self.transport.is_closing() and self._requests_in == self._responses_out:
@@ -91,7 +103,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._read_timer = _cancel(self._read_timer)
         self._write_timer = _cancel(self._write_timer)
+        self._disconnect_all()
         super().connection_lost(exc)
+
+    def _disconnect_all(self) -> None:
+        for cycle in self._unanswered:
+            cycle.disconnected = True
 
     def _await_request(self) -> None:
         _cancel(self._read_timer)
@@ -108,6 +125,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._write_timer = None
         log.info("dropping a connection to %s: it read nothing for %g s", self.client,
                  self.write_timeout)
+        self._disconnect_all()
         self.transport.abort()  # close() would wait for the buffer to drain
 
 

@@ -1,4 +1,5 @@
-"""End to end: a real `cvae serve` process on a free loopback port, a checkpoint swap under load."""
+"""End to end: a real `cvae serve --workers 2` on a free loopback port, a checkpoint swap under
+load: no request fails, and no connection ever sees the step go back."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from PIL import Image
 
 from cvae.callbacks import Checkpointer
 from cvae.loop import train_and_evaluate
-from servers import cvae_serve
+from servers import cvae_server
 
 pytestmark = pytest.mark.slow
 
 
 def test_real_server_serves_pngs_and_swaps_checkpoints_without_failing(tmp_path, trained_run):
     checkpoint_dir = trained_run.copy_to(tmp_path / "checkpoints")
-    with cvae_serve(checkpoint_dir, tmp_path / "server.log") as url:
+    with cvae_server(checkpoint_dir, tmp_path / "server.log", "--poll-interval", "0.5",
+                     workers=2) as server:
+        url = server.url
         response = httpx.get(f"{url}/sample", params={"digit": 7}, timeout=30)
         assert response.status_code == 200
         with Image.open(io.BytesIO(response.content)) as image:

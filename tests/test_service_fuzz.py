@@ -1,31 +1,39 @@
 """Property-based fuzzing of the HTTP API from its OpenAPI schema (schemathesis), against a
-real `cvae serve` process on loopback: no 5xx, every response as the schema documents it.
-The short, derandomized version of `python -m bench.soak`'s fuzz phase."""
+real `cvae serve --workers 2` on loopback: no 5xx, every response as the schema documents it.
+Derandomized; CVAE_FUZZ_EXAMPLES (default 40) cases per operation and mode (`make soak`: 200).
+
+One schemathesis check is replaced, not skipped: "a schema-valid request is accepted" cannot
+hold for /sample, whose 64-megapixel bound on the grid depends on several parameters at once
+(e.g. pad=8&n=819&scale=7), which OpenAPI cannot express. `service_checks._accepted` checks
+instead that such a request gets exactly the documented 422, and that every other
+schema-valid request gets 200."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from bench import soak
+import service_checks
 from servers import cvae_server
 
 pytestmark = pytest.mark.slow
 
-MAX_EXAMPLES = 40  # per operation and mode (valid, invalid)
+MAX_EXAMPLES = int(os.environ.get("CVAE_FUZZ_EXAMPLES", 40))  # per operation and mode
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, trained_run):
     work = tmp_path_factory.mktemp("fuzz")
-    with cvae_server(trained_run.directory, work / "server.log") as server:
+    with cvae_server(trained_run.directory, work / "server.log", "--no-access-log",
+                     workers=2) as server:
         yield server
     assert "Traceback" not in server.log(), server.log()[-4000:]
 
 
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(server, record_property):
-    report = soak.fuzz(server.url, max_examples=MAX_EXAMPLES, seed=0)
+    report = service_checks.fuzz(server.url, max_examples=MAX_EXAMPLES, seed=0)
     record_property("fuzz", json.dumps(report))
     print(json.dumps(report))
     assert report["failures"] == 0, "\n\n".join(report["failure_examples"])

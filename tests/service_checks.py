@@ -1,87 +1,44 @@
-"""Soak and fuzz the real service: `cvae serve` on loopback under a long mixed load.
+"""Checks of a real `cvae serve` under load: soak, checkpoint churn and schema fuzzing.
 
-    python -m bench.soak                                   # make soak: ~2.5 min on 2 cores
-    python -m bench.soak --seconds 60 --concurrency 64 --churn-seconds 20 --fuzz-examples 200
-    python -m bench.soak --json soak.json                  # also write the figures
+The test modules (tests/test_service_soak.py, tests/test_service_fuzz.py) run them briefly;
+`make soak` runs the same tests for longer (CVAE_SOAK_SECONDS, CVAE_CHURN_SECONDS,
+CVAE_FUZZ_EXAMPLES). What each phase checks:
 
-Trains a tiny checkpoint (synthetic digits, the `test` preset) in a temporary directory unless
---checkpoint-dir is given (it is copied: the soak writes new steps into its own copy), starts
-`cvae serve` on a free 127.0.0.1 port and checks, in order:
+1. soak: keep-alive connections (tests/loadgen.py) send mixed valid `/sample` requests (digits,
+   n, temperature, scale, pad, cols; half with a seed from a fixed set of 32). Every request
+   must be a 200 PNG of the size the layout gives; every seeded one byte-identical to the
+   quiet-time reference fetched, one at a time, before the load. The resident memory of the
+   server's processes is sampled throughout; its growth after the warm-up must stay bounded.
+2. churn: the same load while a background thread keeps training the same run into the served
+   directory with retention keep=2 (Orbax deletes the old steps, the served one included): no
+   failed request, X-Checkpoint-Step never goes back on a connection and ends past the first
+   step; seeded replies agree byte for byte per step, and with quiet-time references fetched
+   after the load for the last step.
+3. fuzz: schemathesis generates valid and invalid requests per operation of the OpenAPI schema
+   (derandomized): no 5xx, no response off the schema.
 
-1. soak: --concurrency keep-alive connections (bench/bench_service.py's load generator) send
-   mixed valid `/sample` requests (digits, n, temperature, scale, pad, cols; half with a seed
-   from a fixed set of 32) for --warmup then --seconds. Every request must be a 200 PNG of
-   the size DESIGN.md gives; every seeded one byte-identical to the quiet-time reference
-   fetched, one at a time, before the load. The server's VmRSS (/proc/PID/status) is sampled
-   throughout; its growth from the end of the warm-up to the end must stay under --rss-limit-mb.
-2. churn: the same load for --churn-seconds while a background thread keeps training the same
-   run into the served directory with retention keep=2 (Orbax deletes the old steps, the
-   served one included): no failed request, X-Checkpoint-Step never goes back on a connection
-   and ends past the first step; seeded replies agree byte for byte per step, and with
-   quiet-time references fetched after the load for the last step.
-3. fuzz: schemathesis generates --fuzz-examples valid and as many invalid requests per
-   operation of the OpenAPI schema (derandomized): no 5xx, no response off the schema.
-
-Why a 503 "busy" is a failure here: the queue holds 256 requests and 40960 rows in flight;
-a closed loop of 64 connections has at most 64 requests of at most 320 rows (n <= 32 for all
-digits) in flight, so it can never fill either bound. Exit code 1 when any check fails.
+Why a 503 "busy" is a failure here: the service holds 40960 rows waiting or decoding per
+worker; a closed loop of 64 connections has at most 64 requests of at most 320 rows (n <= 32
+for all digits) in flight, so it can never fill that bound.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
-import json
 import random
-import shutil
 import struct
-import sys
-import tempfile
 import threading
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Callable
 
-from bench.bench_service import (Reply, ServerProcess, cvae_serve_command, drive, free_port,
-                                 quantile, server_process)
+from loadgen import Reply, drive, quantile
+from servers import ServerProcess, children
 
 SEEDED_PATHS = 32
 UNSEEDED_SHARE = 0.5
-
-
-# ---- the tiny run --------------------------------------------------------------------------
-
-
-def tiny_dataset(num_train: int = 64, num_test: int = 64, seed: int = 0):
-    """Digit-like synthetic data: label d lights a band of rows 2d+4..2d+8 on faint noise."""
-    import numpy as np
-
-    from cvae.data import Dataset
-
-    rng = np.random.default_rng(seed)
-
-    def images(labels):
-        out = rng.integers(0, 40, size=(len(labels), 28, 28), dtype=np.uint8)
-        for i, digit in enumerate(labels):
-            out[i, 2 * digit + 4:2 * digit + 8, 4:24] = rng.integers(200, 256, size=(4, 20))
-        return out
-
-    train = rng.integers(0, 10, num_train).astype(np.int32)
-    test = rng.integers(0, 10, num_test).astype(np.int32)
-    return Dataset(images(train), train, images(test), test, "mnist")
-
-
-def train_tiny(directory: Path, epochs: int = 2):
-    """The `test` preset for `epochs` epochs of 4 steps into `directory`; returns (config, data)."""
-    from cvae import config as config_lib
-    from cvae.callbacks import Checkpointer
-    from cvae.loop import train_and_evaluate
-
-    config, data = config_lib.test().replace(epochs=epochs), tiny_dataset()
-    train_and_evaluate(config, data, directory, [Checkpointer()])
-    return config, data
 
 
 class CheckpointWriter(threading.Thread):
@@ -154,7 +111,7 @@ def request_mix(seed: int = 0) -> tuple[list[str], Callable[[], str]]:
 
 
 def expected_size(path: str) -> tuple[int, int]:
-    """(width, height) of the PNG that DESIGN.md's layout gives for a /sample path."""
+    """(width, height) of the PNG that the make_grid layout gives for a /sample path."""
     from cvae.grid import grid_shape
     from cvae.sampling import grid_columns
 
@@ -184,7 +141,11 @@ class Tally:
         self.failures: list[str] = []
         self.latencies: list[float] = []
         self.steps = collections.Counter()
-        self.last_step: dict[int, int] = {}
+        # Per TCP connection: (load run, generator connection, reconnection serial). Workers
+        # (and replicas) move to a new step each on their own, so only a connection, which
+        # stays with one worker, must never see its step go back.
+        self.last_step: dict[tuple[int, int, int], int] = {}
+        self.run = 0
         self._sizes: dict[str, tuple[int, int]] = {}
 
     def fail(self, kind: str, message: str) -> None:
@@ -201,10 +162,11 @@ class Tally:
         self.latencies.append(reply.seconds)
         step = int(reply.headers.get("x-checkpoint-step", -1))
         self.steps[step] += 1
-        if step < self.last_step.get(reply.connection, step):
-            self.fail("step_went_back", f"connection {reply.connection}: step "
-                      f"{self.last_step[reply.connection]} then {step}")
-        self.last_step[reply.connection] = step
+        connection = (self.run, reply.connection, reply.serial)
+        if step < self.last_step.get(connection, step):
+            self.fail("step_went_back", f"connection {connection}: step "
+                      f"{self.last_step[connection]} then {step}")
+        self.last_step[connection] = step
         if reply.path not in self._sizes:
             self._sizes[reply.path] = expected_size(reply.path)
         if png_size(reply.body) != self._sizes[reply.path]:
@@ -252,12 +214,13 @@ async def quiet_references(port: int, paths: list[str]) -> dict[str, tuple[int, 
 
 
 def rss_kb(pid: int) -> int:
-    """Resident set size of process `pid` (VmRSS in /proc/PID/status), in KiB."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    """Resident set size of process `pid` and its children (the server's workers), in KiB
+    (VmRSS in /proc/PID/status)."""
+    total = 0
+    for process in (pid, *children(pid)):
+        with open(f"/proc/{process}/status") as status:
+            total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return total
 
 
 class RssSampler(threading.Thread):
@@ -279,7 +242,7 @@ class RssSampler(threading.Thread):
         while not self._halt.wait(self.interval):
             try:
                 self.sample()
-            except (OSError, RuntimeError):
+            except (OSError, StopIteration):
                 return  # the process is gone
 
     def stop(self) -> None:
@@ -293,6 +256,7 @@ class RssSampler(threading.Thread):
 def run_load(server: ServerProcess, seconds: float, concurrency: int, tally: Tally,
              next_path: Callable[[], str], max_requests: int = 1_000_000) -> float:
     """Mixed load for `seconds` (at most `max_requests`); returns the elapsed seconds."""
+    tally.run += 1  # new connections
     return asyncio.run(drive(server.port, next_path, concurrency, seconds, max_requests, tally))
 
 
@@ -443,91 +407,5 @@ def _accepted(path: str, query: dict, response) -> None:
                          f"{response.status_code}: {response.text[:300]}")
 
 
-def problems(report: dict, rss_limit_mb: float) -> list[str]:
-    """What failed, one line each (empty: all good)."""
-    out = []
-    for phase in ("soak", "churn"):
-        part = report.get(phase)
-        if not part:
-            continue
-        if part["errors"] or part["problems"]:
-            out.append(f"{phase}: {part['errors']} failed requests, {part['problems']}; "
-                       f"{part['failure_examples'][:3]}")
-        if phase == "soak" and part["warmup"]["errors"]:
-            out.append(f"soak warm-up: {part['warmup']['errors']} failed requests: "
-                       f"{part['warmup']['failure_examples'][:3]}")
-        if not part["ok"]:
-            out.append(f"{phase}: no request served")
-    if report.get("soak") and report["soak"]["rss_mb"]["growth_after_warmup"] > rss_limit_mb:
-        out.append(f"soak: RSS grew {report['soak']['rss_mb']['growth_after_warmup']} MB after "
-                   f"the warm-up (limit {rss_limit_mb})")
-    if report.get("churn") and not report["churn"]["last_step_served"] > \
-            report["churn"]["first_step"]:
-        out.append(f"churn: the served step never moved past {report['churn']['first_step']}")
-    if report.get("fuzz") and report["fuzz"]["failures"]:
-        out.append(f"fuzz: {report['fuzz']['failures']} failing cases: "
-                   f"{report['fuzz']['failure_examples'][:2]}")
-    return out
-
-
 def mb(kb: int) -> float:
     return round(kb / 1024, 1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="soak length after warm-up")
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds before RSS baseline")
-    parser.add_argument("--churn-seconds", type=float, default=20.0,
-                        help="load while checkpoints change (0: skip)")
-    parser.add_argument("--fuzz-examples", type=int, default=200,
-                        help="schemathesis examples per operation and mode (0: skip)")
-    parser.add_argument("--rss-limit-mb", type=float, default=150.0)
-    parser.add_argument("--max-requests", type=int, default=1_000_000, help="per phase")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-dir", help="copy this run instead of training a tiny one")
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    args = parser.parse_args(argv)
-
-    with tempfile.TemporaryDirectory(prefix="cvae-soak-") as work:
-        work = Path(work)
-        directory = work / "checkpoints"
-        started = time.monotonic()
-        if args.checkpoint_dir:
-            shutil.copytree(args.checkpoint_dir, directory)
-            from cvae.checkpoint import load_checkpoint
-            config = load_checkpoint(directory).config
-            data = tiny_dataset() if args.churn_seconds else None
-        else:
-            config, data = train_tiny(directory)
-        print(f"checkpoint ready in {time.monotonic() - started:.0f} s", flush=True)
-        report: dict = {"concurrency": args.concurrency}
-        port = free_port()
-        with server_process(cvae_serve_command(directory, port), port,
-                            work / "server.log") as server:
-            report["soak"] = soak(server, args.seconds, args.concurrency, args.warmup, args.seed,
-                                  args.max_requests)
-            print(json.dumps(report["soak"]), flush=True)
-            if args.churn_seconds:
-                report["churn"] = churn(server, config, data, directory, args.churn_seconds,
-                                        args.concurrency, seed=args.seed + 1,
-                                        max_requests=args.max_requests)
-                print(json.dumps(report["churn"]), flush=True)
-            if args.fuzz_examples:
-                report["fuzz"] = fuzz(server.url, args.fuzz_examples, args.seed)
-                print(json.dumps(report["fuzz"]), flush=True)
-            log = server.log()
-        report["server_log_tracebacks"] = log.count("Traceback")
-    found = problems(report, args.rss_limit_mb)
-    if report["server_log_tracebacks"]:
-        found.append(f"the server logged {report['server_log_tracebacks']} tracebacks")
-    report["problems"] = found
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    print("\n".join(["FAILED:", *found]) if found else "all checks passed")
-    return 1 if found else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
