@@ -35,15 +35,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from cvae.config import MAX_SEED
 from cvae.grid import grid_shape, make_grid, png_bytes
+from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE, MAX_N,
+                         MAX_PAD, MAX_SCALE, MAX_SEED, MAX_TEMPERATURE)
 from cvae.sampling import DIGITS, LatentRequest, grid_columns
 from service.batching import Batcher, QueueFull, Stopped
 from service.checkpoints import CheckpointWatcher, Loaded
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 
 STATIC_DIR = Path(__file__).parent / "static"
-MAX_N = 1024
 RANDOM_SEED_LIMIT = MAX_SEED + 1  # drawn seeds cover the same range as given ones
 MAX_PIXELS = 64_000_000  # one grid at most 64 MP (n=1024, scale 8, one digit is 52 MP)
 RETRY_AFTER_BUSY_S = 1
@@ -54,9 +54,9 @@ PARAMETER_RULES = {
     "n": f"an integer in 1..{MAX_N}",
     "cols": f"an integer in 1..{MAX_N}",
     "seed": f"an integer in 0..{MAX_SEED}",
-    "temperature": "a number with 0 < temperature <= 2",
-    "scale": "an integer in 1..8",
-    "pad": "an integer in 0..8",
+    "temperature": f"a number with 0 < temperature <= {MAX_TEMPERATURE:g}",
+    "scale": f"an integer in 1..{MAX_SCALE}",
+    "pad": f"an integer in 0..{MAX_PAD}",
 }
 
 
@@ -143,14 +143,16 @@ class SampleParams:
 
 async def sample_params(
     digit: Annotated[int | None, Query(ge=0, le=9, description="0-9; omit: row per digit")] = None,
-    n: Annotated[int, Query(ge=1, le=MAX_N, description="samples per digit")] = 16,
+    n: Annotated[int, Query(ge=1, le=MAX_N, description="samples per digit")] = DEFAULT_N,
     cols: Annotated[int | None, Query(ge=1, le=MAX_N,
                                       description="default ceil(sqrt(n)); n without digit")] = None,
     seed: Annotated[int | None, Query(ge=0, le=MAX_SEED,
                                       description="omit for a random one (see X-Seed)")] = None,
-    temperature: Annotated[float, Query(gt=0, le=2, description="z ~ N(0, t^2 I)")] = 1.0,
-    scale: Annotated[int, Query(ge=1, le=8, description="integer upscale of each tile")] = 1,
-    pad: Annotated[int, Query(ge=0, le=8, description="px around every tile")] = 2,
+    temperature: Annotated[float, Query(gt=0, le=MAX_TEMPERATURE,
+                                        description="z ~ N(0, t^2 I)")] = DEFAULT_TEMPERATURE,
+    scale: Annotated[int, Query(ge=1, le=MAX_SCALE,
+                                description="integer upscale of each tile")] = DEFAULT_SCALE,
+    pad: Annotated[int, Query(ge=0, le=MAX_PAD, description="px around every tile")] = DEFAULT_PAD,
 ) -> SampleParams:
     # async: a plain `def` dependency would cost a threadpool hop per request.
     return SampleParams(digit, n, cols, seed, temperature, scale, pad)
