@@ -129,7 +129,7 @@ def plan_blocks(rows: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
 
 @dataclasses.dataclass
 class Sampler:
-    """Decodes latents in padded blocks of a few fixed sizes; holds the weights of one checkpoint."""
+    """Decodes latents in padded blocks of a few fixed sizes; holds one checkpoint's weights."""
 
     config: Config
     variables: dict

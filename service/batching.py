@@ -30,7 +30,6 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
-import time
 from typing import Callable, Protocol
 
 import numpy as np

@@ -9,8 +9,8 @@ until the time or the shared request budget runs out. It costs little CPU, and e
 is a `Reply`, so tests can count failures exactly. As HTTP clients do (RFC 9112, 9.3.1), a GET
 sent on a reused connection that the server closed before answering any byte of it is retried
 once on a new connection (`Reply.retried`): that is the ordinary end of a keep-alive
-connection, not a failure. A connection the server refuses or resets before answering
-anything is reported with status 0 and error "refused".
+connection, not a failure. A new connection that the server refuses, or resets before
+answering anything, is reported with status 0 and error "refused", and that client stops.
 """
 
 from __future__ import annotations
@@ -106,6 +106,8 @@ async def connection_loop(port: int, next_path: str | Callable[[], str], stop_at
                 head = None
                 break
         if head is None:
+            if refused:
+                return  # the server is gone: this client stops
             continue
         answered += 1
         headers = parse_headers(head)
@@ -120,15 +122,20 @@ async def connection_loop(port: int, next_path: str | Callable[[], str], stop_at
 
 async def drive(port: int, next_path: str | Callable[[], str], concurrency: int, seconds: float,
                 max_requests: int, on_reply: Callable[[Reply], None],
-                first_path: str | None = None) -> float:
+                first_path: str | None = None, stagger: float = 0.0) -> float:
     """`concurrency` connections for at most `seconds` and `max_requests` in all; returns the
-    elapsed seconds."""
+    elapsed seconds. Connection i opens `i * stagger` s after the first (so that workers
+    sharing a listening socket each get some of them)."""
     started = time.perf_counter()
     stop_at = started + seconds
     budget = [max_requests]
-    await asyncio.gather(*(connection_loop(port, next_path, stop_at, budget, on_reply, i,
-                                           first_path=first_path)
-                           for i in range(concurrency)))
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(i * stagger)
+        await connection_loop(port, next_path, stop_at, budget, on_reply, i,
+                              first_path=first_path)
+
+    await asyncio.gather(*(one(i) for i in range(concurrency)))
     return time.perf_counter() - started
 
 
