@@ -43,3 +43,11 @@ def create_bench_app(checkpoint_dir: str | Path, **options) -> FastAPI:
         return Response(fixed_png, media_type="image/png")
 
     return app
+
+
+def create_bench_app_from_env() -> FastAPI:
+    """`create_bench_app($CVAE_CHECKPOINT_DIR)`: for servers that take an app factory with no
+    arguments (bench/bench_servers.py runs uvicorn's and granian's own process managers)."""
+    import os
+
+    return create_bench_app(os.environ["CVAE_CHECKPOINT_DIR"])
