@@ -85,7 +85,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     state = start_state(state, config, checkpoint_dir, fresh=fresh, init_from=init_from)
     state, images, labels = replicate((state, images, labels), mesh)
 
-    train_chunk = create_train_chunk(train_step, config.batch_size)
+    train_chunk = create_train_chunk(train_step, config.batch_size, mesh)
     eval_step = create_eval_step(model, config)
     test_images, test_labels = replicate(
         (jnp.asarray(data.test_images.reshape(-1, 28 * 28)), jnp.asarray(data.test_labels,

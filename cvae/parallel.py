@@ -1,9 +1,11 @@
-"""Data parallelism over all local devices with `jax.sharding`, one code path for 1 or N.
+"""Data parallelism over every device of every process with `jax.sharding`, one code path.
 
-A 1-D mesh named "data" spans the devices. Parameters, optimizer state and the on-device
-dataset are replicated; each batch is sharded along its first axis inside the jitted step, and
-XLA's SPMD partitioner inserts the gradient all-reduce. With one device every constraint is a
-no-op, so the single-device run is the same program, not a special case.
+A 1-D mesh named "data" spans `jax.devices()`: the local devices, or after
+`cvae.distributed.initialize` the devices of all processes. Parameters, optimizer state and the
+on-device dataset are replicated; each global batch is split along its first axis, device d
+gathering only its own rows (`gather_rows`), and XLA's SPMD partitioner inserts the gradient
+all-reduce. With one device every constraint is a no-op, so the single-device run is the same
+program, not a special case.
 """
 
 from __future__ import annotations
@@ -31,6 +33,28 @@ def replicate(tree, mesh: Mesh):
 def shard_batch(tree, mesh: Mesh):
     """Split the leading (batch) axis of every array across the mesh, inside jit."""
     return jax.lax.with_sharding_constraint(tree, NamedSharding(mesh, PartitionSpec(DATA_AXIS)))
+
+
+def gather_rows(mesh: Mesh, arrays: tuple[jax.Array, ...], order: jax.Array, start,
+                batch_size: int) -> tuple[jax.Array, ...]:
+    """Rows order[start : start + batch_size] of each array, split over the mesh (inside jit).
+
+    Every device holds the whole (replicated) dataset and the same order, and gathers only its
+    own batch_size / mesh.size rows: device d takes rows d * B/D .. (d + 1) * B/D - 1 of the
+    global batch. So each process feeds only its part of every global batch, and the global
+    batch is the same whatever the number of processes and devices.
+    """
+    per_device = batch_size // mesh.size
+
+    def own_rows(*operands):
+        *arrays, order, start = operands
+        first = start + jax.lax.axis_index(DATA_AXIS) * per_device
+        idx = jax.lax.dynamic_slice_in_dim(order, first, per_device)
+        return tuple(array[idx] for array in arrays)
+
+    replicated, split = PartitionSpec(), PartitionSpec(DATA_AXIS)
+    return jax.shard_map(own_rows, mesh=mesh, in_specs=(replicated,) * (len(arrays) + 2),
+                         out_specs=(split,) * len(arrays))(*arrays, order, start)
 
 
 def check_divisible(batch_size: int, mesh: Mesh) -> None:

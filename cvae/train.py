@@ -23,7 +23,7 @@ from cvae.config import Config
 from cvae.losses import vae_loss
 from cvae.model import CVAE, init_variables
 from cvae.optim import create_kl_weight_schedule
-from cvae.parallel import check_divisible, replicate, shard_batch
+from cvae.parallel import check_divisible, gather_rows, replicate, shard_batch
 
 Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
 Metrics = dict[str, jax.Array]
@@ -154,18 +154,26 @@ def epoch_permutation(key: jax.Array, epoch: int, num_examples: int) -> jax.Arra
                                   num_examples)
 
 
-def create_train_chunk(train_step: Callable, batch_size: int) -> Callable:
+def create_train_chunk(train_step: Callable, batch_size: int,
+                       mesh: Mesh | None = None) -> Callable:
     """`train_chunk(state, images, labels, order, first, key, num_steps) -> (state, metrics)`.
 
     Runs `num_steps` train steps in one device call; batch i of the chunk is
     images[order[(first + i) * B : (first + i + 1) * B]]. Metrics come back stacked [num_steps].
+    With a `mesh`, each device gathers only its own rows of every batch (`gather_rows`).
     """
+
+    def batch_rows(images, labels, order, start):
+        if mesh is None:
+            idx = jax.lax.dynamic_slice_in_dim(order, start, batch_size)
+            return images[idx], labels[idx]
+        return gather_rows(mesh, (images, labels), order, start, batch_size)
 
     @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
     def train_chunk(state, images, labels, order, first, key, num_steps: int):
         def body(state, i):
-            idx = jax.lax.dynamic_slice_in_dim(order, (first + i) * batch_size, batch_size)
-            return train_step(state, to_batch(images[idx], labels[idx]), key)
+            rows, row_labels = batch_rows(images, labels, order, (first + i) * batch_size)
+            return train_step(state, to_batch(rows, row_labels), key)
 
         return jax.lax.scan(body, state, jnp.arange(num_steps))
 
