@@ -30,6 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from cvae.checkpoint import create_manager, save_checkpoint
+from cvae.distributed import local_copy
 from cvae.errors import CheckpointError
 from cvae.grid import make_grid, save_png
 from cvae.model import create_model
@@ -230,7 +231,8 @@ class SampleGrid(Callback):
         self.sampler = create_sampler(create_model(run.config), run.config, variables={})
 
     def on_epoch_end(self, run, metrics):
-        self.sampler.variables = run.state.eval_variables()
+        # This process's copy: only the writer samples, so no program may span the mesh.
+        self.sampler.variables = local_copy(run.state.eval_variables())
         images = self.sampler.sample_images(None, self.n, self.seed)
         grid = make_grid(images, cols=self.n, pad=2, scale=1)
         save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
@@ -280,10 +282,20 @@ class LossCurve(Callback):
         save_loss_curve(records, Path(run.checkpoint_dir) / "loss_curve.png")
 
 
-def default_callbacks(config, progress: bool = True) -> list[Callback]:
-    """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step."""
-    callbacks = [NanGuard(), ProgressBar(disable=None if progress else True), MetricsLogger(),
-                 TensorBoard(), Checkpointer(config.keep_checkpoints), SampleGrid(), LossCurve()]
+def default_callbacks(config, progress: bool = True, writer: bool = True) -> list[Callback]:
+    """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step.
+
+    With `writer=False` (every process but 0 of a multi-process run) only the callbacks that
+    decide or take part in collective work remain: the guard, early stopping and the
+    checkpointer, whose Orbax saves need every process. Nothing else writes a file.
+    """
+    callbacks = [NanGuard()]
+    if writer:
+        callbacks += [ProgressBar(disable=None if progress else True), MetricsLogger(),
+                      TensorBoard()]
+    callbacks.append(Checkpointer(config.keep_checkpoints))
+    if writer:
+        callbacks += [SampleGrid(), LossCurve()]
     if config.early_stopping_patience:
         callbacks.insert(1, EarlyStopping(config.early_stopping_patience,
                                           config.early_stopping_min_delta))

@@ -24,6 +24,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
+from cvae import distributed
 from cvae.config import RESUMABLE_CHANGES, Config
 from cvae.errors import CheckpointError, ResumeError
 from cvae.model import create_model
@@ -176,7 +177,9 @@ def start_state(state, config: Config, checkpoint_dir: str | Path, fresh: bool =
     if init_from is not None:
         state = initialise_from(state, init_from)
     if fresh:
-        set_aside_previous_run(checkpoint_dir)
+        if distributed.current().is_writer:  # one process moves; the others wait for it
+            set_aside_previous_run(checkpoint_dir)
+        distributed.barrier("fresh: previous run set aside")
         return state
     return resume_state(checkpoint_dir, state, config)
 
@@ -204,10 +207,12 @@ def resume_state(checkpoint_dir: Path, state, config: Config):
         unreadable = [s for s in manager.all_steps() if found is None or s > found[0]]
     finally:
         manager.close()
-    for step in unreadable:  # moved aside, not deleted: training will write these steps again
+    # Moved aside, not deleted: training will write these steps again. By process 0 only.
+    for step in unreadable if distributed.current().is_writer else ():
         target = checkpoint_dir / f"unreadable-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
         (checkpoint_dir / str(step)).rename(target)
         log.warning("moved unreadable checkpoint step %d to %s", step, target)
+    distributed.barrier("resume: unreadable steps set aside")
     return state if found is None else found[1]
 
 

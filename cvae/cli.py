@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
+import socket
 import sys
 import typing
 from pathlib import Path
@@ -65,6 +67,24 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, default=None, metavar=metavar, help=help_text)
 
 
+def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+    from cvae.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
+
+    group = parser.add_argument_group(
+        "multi-process (JAX's distributed runtime; omit all three under SLURM, Open MPI's "
+        "mpirun or a Kubernetes indexed Job, where JAX detects them)")
+    group.add_argument("--coordinator-address", metavar="HOST:PORT",
+                       help="process 0's address and a free port, the same for every process")
+    group.add_argument("--num-processes", type=bounded(int, 1, 65536), metavar="N",
+                       help="how many processes train together (1 = no distributed runtime)")
+    group.add_argument("--process-id", type=bounded(int, 0, 65535), metavar="I",
+                       help="this process's index, 0..N-1; process 0 writes logs and pictures")
+    group.add_argument("--heartbeat-timeout", type=bounded(int, 1, 3600),
+                       default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
+                       help="a process silent this long counts as dead and every other process "
+                            f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cvae", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -87,7 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
     train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
+    add_distributed_flags(train)
     add_config_flags(train)
+
+    launch = commands.add_parser(
+        "launch", help="run `cvae train` as N local processes on JAX's distributed runtime",
+        usage="cvae launch --local-processes N [--grace-seconds S] -- <cvae train flags>")
+    launch.add_argument("--local-processes", type=bounded(int, 1, 1024), required=True,
+                        metavar="N", help="processes to start on this machine")
+    launch.add_argument("--grace-seconds", type=bounded(float, 0, 3600), default=10.0,
+                        help="when one process fails, seconds the others get to stop after "
+                             "SIGTERM before SIGKILL (default 10)")
+    launch.add_argument("train_flags", nargs=argparse.REMAINDER,
+                        help="flags for each `cvae train` (after --)")
 
     sample = commands.add_parser("sample", help="render a PNG grid of generated digits")
     sample.add_argument("--checkpoint-dir", default="checkpoints",
@@ -193,14 +225,25 @@ def cmd_train(args) -> int:
 
     import jax
 
+    from cvae import distributed
     from cvae.callbacks import default_callbacks
     from cvae.loop import train_and_evaluate
 
+    processes = distributed.initialize(args.coordinator_address, args.num_processes,
+                                       args.process_id, args.heartbeat_timeout)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
-    callbacks = default_callbacks(config, progress=not args.no_progress)
-    run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
-                             init_from=args.init_from)
+    callbacks = default_callbacks(config, progress=not args.no_progress,
+                                  writer=processes.is_writer)
+    try:
+        run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
+                                 init_from=args.init_from)
+    except Exception as error:
+        if processes.count == 1:
+            raise
+        exit_without_waiting(processes, error, checkpoint_dir)
+    if not processes.is_writer:
+        return run.exit_code
     if run.stop_reason:
         resume = (f"; resume with the same command (checkpoints in {checkpoint_dir})"
                   if run.exit_code == 0 else "")
@@ -214,11 +257,34 @@ def cmd_train(args) -> int:
     return 0
 
 
+def exit_without_waiting(processes, error: Exception, checkpoint_dir: Path) -> typing.NoReturn:
+    """One of N processes failed: say so in one line and leave at once.
+
+    A normal exit would wait at JAX's shutdown barrier for processes that may be gone, and
+    meanwhile keep the others waiting in a collective; leaving makes their next collective fail
+    too, so every process stops within the heartbeat timeout.
+    """
+    from cvae.errors import USER_ERRORS
+    from cvae.launch import EXIT_PEER_FAILED
+
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if isinstance(error, USER_ERRORS):
+        message, code = first_line, EXIT_USER_ERROR
+    else:
+        message, code = (f"{first_line} (another process has probably stopped: see its "
+                         f"output); rerun the same command to resume from the last checkpoint "
+                         f"in {checkpoint_dir}"), EXIT_PEER_FAILED
+    print(f"cvae train: error: {processes.describe()}: {message}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def ensure_writable(directory: Path) -> None:
     """Fail in the first second, not at the first save an epoch later."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".write-test"
+        # Named per process: all processes of a multi-process run probe the same directory.
+        probe = directory / f".write-test-{socket.gethostname()}-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as error:
@@ -264,8 +330,14 @@ def cmd_serve(args) -> int:
     return 0
 
 
-COMMANDS = {"data": cmd_data, "train": cmd_train, "sample": cmd_sample, "eval": cmd_eval,
-            "serve": cmd_serve}
+def cmd_launch(args) -> int:
+    from cvae.launch import launch
+
+    return launch(args.local_processes, args.train_flags, grace=args.grace_seconds)
+
+
+COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample": cmd_sample,
+            "eval": cmd_eval, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,13 +18,11 @@ import logging
 import jax
 import numpy as np
 
-from cvae.config import ConfigError
+from cvae.errors import ConfigError
+from cvae.launch import DEFAULT_HEARTBEAT_TIMEOUT
 
 log = logging.getLogger(__name__)
 
-# A process that stops sending heartbeats for this long is declared dead, and JAX then stops
-# every other process (the bound on how long survivors of a killed process live on).
-DEFAULT_HEARTBEAT_TIMEOUT = 30
 
 
 @dataclasses.dataclass(frozen=True)

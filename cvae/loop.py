@@ -5,7 +5,9 @@ checkpoint unless told not to, puts the dataset on the device, and then alternat
 of train steps with an evaluation at each epoch end, announcing every event to the callbacks.
 Chunks end on multiples of `steps_per_call` within an epoch, so a run stopped and resumed runs
 exactly the same device programs as one that was not, and ends with bit-identical parameters.
-SIGINT/SIGTERM finish the current chunk, then the callbacks save and the loop returns.
+SIGINT/SIGTERM stop before the next chunk (on every process at once), then the callbacks save
+and the loop returns. Run as one of N processes, the loop is the same: the mesh spans all
+processes' devices, and only process 0 moves folders (`--fresh`, unreadable steps).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cvae.callbacks import Callback, CallbackList, Run
 from cvae.checkpoint import start_state
 from cvae.config import Config
 from cvae.data import Dataset
+from cvae.distributed import any_process
 from cvae.errors import ConfigError
 from cvae.evaluate import create_eval_step, evaluate
 from cvae.model import create_model
@@ -46,12 +49,31 @@ def training_arrays(data: Dataset, config: Config) -> tuple[jax.Array, jax.Array
     return jnp.asarray(images), jnp.asarray(data.train_labels[:limit], jnp.int32)
 
 
-@contextlib.contextmanager
-def stop_on_signals(run: Run):
-    """SIGINT/SIGTERM ask the loop to stop after the current chunk instead of killing it."""
-    def handler(signum, _frame):
-        run.request_stop(f"interrupted by {signal.Signals(signum).name}")
+class Interrupts:
+    """SIGINT/SIGTERM noted by the handler and acted on between chunks, by all processes at once.
 
+    A signal reaches one process at one moment; stopping there alone would leave the others
+    waiting in a collective. So the handler only records it, and before each chunk every
+    process asks whether any of them was interrupted (`distributed.any_process`).
+    """
+
+    def __init__(self):
+        self.reason: str | None = None
+
+    def handler(self, signum, _frame) -> None:
+        self.reason = self.reason or f"interrupted by {signal.Signals(signum).name}"
+
+    def agreed_stop(self, run: Run) -> bool:
+        """True on every process, with the stop requested, when any process was interrupted."""
+        if any_process(self.reason is not None):
+            run.request_stop(self.reason or "another process was interrupted")
+        return run.stopping
+
+
+@contextlib.contextmanager
+def stop_on_signals(interrupts: Interrupts):
+    """SIGINT/SIGTERM ask the loop to stop before the next chunk instead of killing it."""
+    handler = interrupts.handler
     installed = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -71,7 +93,8 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                        devices: list[jax.Device] | None = None) -> Run:
     """Train `config` on `data`, evaluating and checkpointing each epoch. Returns the `Run`.
 
-    Data-parallel over `devices` (default: all local devices).
+    Data-parallel over `devices` (default: every device of every process, see
+    `cvae.distributed`).
     """
     config.validate()
     checkpoint_dir = Path(checkpoint_dir)
@@ -95,13 +118,15 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step,
               start_step=step)
     events = CallbackList(callbacks)
-    with stop_on_signals(run):
+    interrupts = Interrupts()
+    with stop_on_signals(interrupts):
         events.emit("fit_start", run)
         while step < total_steps and not run.stopping:
             run.epoch, position = divmod(step, steps_per_epoch)
             order = replicate(epoch_permutation(key, run.epoch, images.shape[0]), mesh)
             events.emit("epoch_start", run)
-            while position < steps_per_epoch and step < total_steps and not run.stopping:
+            while (position < steps_per_epoch and step < total_steps
+                   and not interrupts.agreed_stop(run)):
                 num_steps = min(config.steps_per_call - position % config.steps_per_call,
                                 steps_per_epoch - position, total_steps - step)
                 state, metrics = train_chunk(state, images, labels, order, position, key,
