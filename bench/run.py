@@ -1,6 +1,7 @@
-"""`make bench`: training benchmarks (and the service benchmark when present) -> BENCHMARKS.md.
+"""`make bench`: training, multi-process and service benchmarks -> BENCHMARKS.md.
 
     python -m bench.run [--quick] [--data-dir data] [--checkpoint-dir checkpoints] [--out FILE]
+                        [--no-service] [--no-distributed]
 
 `--quick` is a smoke run (tiny model, synthetic data, ~1 min); its numbers mean nothing.
 The service benchmark (bench/bench_service.py) runs against --checkpoint-dir when it holds a
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import bench_train
+from bench import bench_distributed, bench_train
 
 
 def fmt(value, digits: int = 0) -> str:
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="BENCHMARKS.md")
     parser.add_argument("--json", help="also write the raw training figures as JSON")
     parser.add_argument("--no-service", action="store_true", help="skip the service benchmark")
+    parser.add_argument("--no-distributed", action="store_true",
+                        help="skip the multi-process training benchmark")
     args = parser.parse_args(argv)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()
@@ -160,13 +163,22 @@ def main(argv: list[str] | None = None) -> int:
             target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
             log(f"service benchmark against {target}")
             service = service_bench(target, args.quick)
+    if args.no_distributed:
+        distributed = "_Skipped: --no-distributed._"
+    else:
+        log("multi-process training benchmark (bench/bench_distributed.py)")
+        distributed_results = bench_distributed.measure(
+            quick=args.quick, **(bench_distributed.QUICK if args.quick else {}))
+        results["distributed"] = distributed_results
+        distributed = bench_distributed.markdown(distributed_results)
     header = (f"# Benchmarks\n\nWritten by `python -m bench.run{' --quick' if args.quick else ''}`"
               f" on {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
               f"{platform.python_version()}, {time.perf_counter() - started:.0f} s in all. "
               f"Medians over repeats; compile excluded.\n")
     if args.quick:
         header += "\n**Quick mode: tiny model and synthetic data; the numbers are meaningless.**\n"
-    text = (header + "\n## Training\n\n" + training_markdown(results) + "\n\n## Service\n\n"
+    text = (header + "\n## Training\n\n" + training_markdown(results)
+            + "\n\n## Multi-process training\n\n" + distributed + "\n## Service\n\n"
             + service + "\n")
     text += "\n## Targets, and where we fall short\n\n" + shortfalls(results) + "\n"
     Path(args.out).write_text(text)

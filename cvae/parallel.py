@@ -10,6 +10,7 @@ program, not a special case.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import jax
@@ -19,6 +20,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from cvae.errors import ConfigError
 
 DATA_AXIS = "data"
+_ALL_REDUCE = re.compile(r"=\s*(.*?)\s+all-reduce(?:-start)?\(")
+_SHAPE = re.compile(r"\b(pred|bf16|[fsu]\d+)\[([\d,]*)\]")
 
 
 def create_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -61,3 +64,21 @@ def check_divisible(batch_size: int, mesh: Mesh) -> None:
     if batch_size % mesh.size:
         raise ConfigError(f"batch_size={batch_size}: must be a multiple of the {mesh.size} "
                           f"devices used for data parallelism")
+
+
+def all_reduce_bytes(compiled_hlo: str) -> tuple[int, int]:
+    """(bytes, ops) all-reduced by one run of a compiled program, read from its HLO text.
+
+    What data parallelism costs in communication per step: pass
+    `train_chunk.lower(..., num_steps=1).compile().as_text()`. Each all-reduce's result shapes
+    are summed (XLA fuses the gradients of all parameters into one tuple all-reduce).
+    """
+    total, ops = 0, 0
+    for match in _ALL_REDUCE.finditer(compiled_hlo):
+        ops += 1
+        for dtype, dims in _SHAPE.findall(match.group(1)):
+            size = 1 if dtype == "pred" else int(dtype.lstrip("bfsu")) // 8
+            for dim in filter(None, dims.split(",")):
+                size *= int(dim)
+            total += size
+    return total, ops

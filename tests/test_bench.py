@@ -19,12 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_bench_quick_runs_and_writes_markdown(tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--quick", "--no-service", "--data-dir",
-         str(tmp_path / "no-data"), "--out", str(out), "--json", str(raw)],
+        [sys.executable, "-m", "bench.run", "--quick", "--no-service", "--no-distributed",
+         "--data-dir", str(tmp_path / "no-data"), "--out", str(out), "--json", str(raw)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     text = out.read_text()
-    for heading in ("## Training", "## Service", "## Targets, and where we fall short"):
+    for heading in ("## Training", "## Multi-process training", "## Service",
+                    "## Targets, and where we fall short"):
         assert heading in text
     results = json.loads(raw.read_text())
     assert set(results["fused"]) == {"16", "128", "512"}
@@ -34,3 +35,4 @@ def test_bench_quick_runs_and_writes_markdown(tmp_path):
     # 2 FLOPs per multiply-add of each Dense kernel.
     assert results["forward_flops_per_example"] == 2 * (794 * 32 + 32 * 8 + 4 * 32 + 10 * 32
                                                         + 32 * 784)
+

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cvae.parallel import all_reduce_bytes
+
 SCRIPT = r"""
 import json, sys
 import jax, numpy as np
@@ -33,6 +35,21 @@ for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
 restored = load_checkpoint(sys.argv[2] + "/four")
 out["restored_step"] = restored.step
 out["restored_devices"] = len(restored.state.params["decoder"]["Dense_0"]["kernel"].devices())
+# What one data-parallel step all-reduces, read from the compiled 4-device program.
+from cvae.model import create_model
+from cvae.optim import create_optimizer
+from cvae.parallel import all_reduce_bytes, create_mesh, replicate
+from cvae.train import create_train_chunk, create_train_step, epoch_permutation, run_key
+mesh = create_mesh()
+key = run_key(0)
+state, step = create_train_step(key, create_model(config), create_optimizer(config, 8)[0], config,
+                                mesh=mesh)
+images, labels, order = replicate((np.zeros((64, 784), np.uint8), np.zeros(64, np.int32),
+                                   epoch_permutation(key, 0, 64)), mesh)
+chunk = create_train_chunk(step, config.batch_size, mesh)
+hlo = chunk.lower(state, images, labels, order, 0, key, num_steps=1).compile().as_text()
+out["all_reduce"] = all_reduce_bytes(hlo)
+out["parameters"] = sum(x.size for x in jax.tree.leaves(state.params))
 print(json.dumps(out))
 """
 
@@ -57,3 +74,16 @@ def test_four_device_training_matches_one_device(tmp_path):
         env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=120)
     assert single.returncode == 0, single.stderr[-2000:]
     assert single.stdout.strip() == "8"
+    # Gradients of every float32 parameter, plus a few scalar loss terms.
+    all_reduced, ops = out["all_reduce"]
+    assert ops >= 1 and 0 <= all_reduced - 4 * out["parameters"] <= 4 * 8
+
+
+def test_all_reduce_bytes_sum_the_result_shapes_of_each_all_reduce():
+    hlo = """
+  %p = f32[8]{0} parameter(0)
+  %all-reduce.3 = (f32[784,512]{1,0}, f32[512]{0}, f32[]) all-reduce(%a, %b, %c), to_apply=%add
+  %all-reduce-start = bf16[4,2]{1,0} all-reduce-start(bf16[4,2]{1,0} %d), to_apply=%add
+  %gte = f32[512]{0} get-tuple-element(%all-reduce.3), index=1
+"""
+    assert all_reduce_bytes(hlo) == (4 * (784 * 512 + 512 + 1) + 2 * 8, 2)

@@ -1,0 +1,233 @@
+"""Training throughput as 2 processes x 1 core, 1 process x 2 host devices and the plain default.
+
+    python -m bench.bench_distributed [--quick] [--rounds 3] [--json FILE]
+
+Each configuration runs in its own processes (the device count is fixed when JAX starts), the
+default model and batch on random uint8 pixels (speed does not depend on their values), timed
+over fused chunks exactly as the loop runs them, compile excluded. The three configurations
+alternate for `--rounds` rounds and each figure is the median of its rounds, so drift on a
+shared machine hits them alike. The 2 processes are pinned to one core each and talk through
+JAX's distributed runtime (gloo over loopback); 1 process x 2 devices shares both cores.
+Also reported: the bytes all-reduced per step, read from the compiled 2-device program, and a
+paper projection of data parallelism to 8 GPUs from those bytes, a measured step time and a
+stated interconnect bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+# Stated bandwidths for the projection (per GPU, one direction, what NCCL's ring reaches on
+# large messages, not the link's peak): PCIe 4.0 x16 and NVLink 4 (H100 SXM, NVSwitch).
+INTERCONNECTS = {"PCIe 4.0 x16": 20e9, "NVLink 4 (H100 SXM)": 350e9}
+# Per-hop latency of a ring all-reduce step (a stated assumption, typical of NCCL).
+HOP_LATENCY_S = 10e-6
+PROJECTED_DEVICES = 8
+QUICK = {"rounds": 1, "steps": 50, "repeats": 1}  # --quick: a smoke run, numbers mean nothing
+
+
+def worker(args) -> None:
+    """One process of one configuration; process 0 prints the result as a JSON line."""
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})  # before JAX sizes its thread pools
+    from cvae import distributed
+
+    distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from cvae import config as config_lib
+    from cvae.model import create_model
+    from cvae.optim import create_optimizer
+    from cvae.parallel import all_reduce_bytes, create_mesh, replicate
+    from cvae.train import create_train_chunk, create_train_step, epoch_permutation
+
+    config = config_lib.default()
+    if args.quick:
+        config = config.replace(hidden_sizes=(64,), latent_dim=4)
+    batch = config.batch_size
+    chunks = max(1, args.steps // config.steps_per_call)
+    rows = np.random.default_rng(0).integers(0, 256, (chunks * config.steps_per_call * batch, 784),
+                                             dtype=np.uint8)
+    mesh = create_mesh()
+    key = jax.random.key(config.seed)
+    optimizer, _ = create_optimizer(config, 100 * chunks * config.steps_per_call)
+    state, train_step = create_train_step(key, create_model(config), optimizer, config, None, mesh)
+    chunk = create_train_chunk(train_step, batch, mesh)
+    images, labels = replicate((jnp.asarray(rows), jnp.asarray(rows[:, 0] % 10, jnp.int32)), mesh)
+    order = replicate(epoch_permutation(key, 0, rows.shape[0]), mesh)
+    result = {"devices": mesh.size, "processes": jax.process_count(), "batch_size": batch,
+              "parameters": int(sum(x.size for x in jax.tree.leaves(state.params)))}
+    if mesh.size > 1:
+        lowered = chunk.lower(state, images, labels, order, 0, key, num_steps=1)
+        result["all_reduce_bytes"], result["all_reduce_ops"] = all_reduce_bytes(
+            lowered.compile().as_text())
+
+    def run_epoch(state):
+        for i in range(chunks):
+            state, metrics = chunk(state, images, labels, order, i * config.steps_per_call, key,
+                                   num_steps=config.steps_per_call)
+        jax.block_until_ready(metrics)
+        return state
+
+    state = run_epoch(state)  # compile
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        state = run_epoch(state)
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    result["examples_per_s"] = chunks * config.steps_per_call * batch / seconds
+    result["step_ms"] = 1000 * seconds / (chunks * config.steps_per_call)
+    if jax.process_index() == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+CONFIGURATIONS = {
+    "default": {"processes": 1, "devices": 1},
+    "1 process x 2 host devices": {"processes": 1, "devices": 2},
+    "2 processes x 1 core": {"processes": 2, "devices": 1},
+}
+
+
+def run_configuration(name: str, steps: int, repeats: int, quick: bool) -> dict:
+    from cvae.launch import free_port
+
+    spec = CONFIGURATIONS[name]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if spec["devices"] > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={spec['devices']}"
+    base = [sys.executable, "-m", "bench.bench_distributed", "--worker", "--steps", str(steps),
+            "--repeats", str(repeats), *(["--quick"] if quick else [])]
+    if spec["processes"] == 1:
+        commands = [base + ["--num-processes", "1"]]
+    else:
+        address = f"127.0.0.1:{free_port()}"
+        cores = sorted(os.sched_getaffinity(0))
+        commands = [base + ["--coordinator-address", address, "--num-processes",
+                            str(spec["processes"]), "--process-id", str(i),
+                            *(["--cpu", str(cores[i])] if len(cores) > i else [])]
+                    for i in range(spec["processes"])]
+    processes = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for c in commands]
+    try:
+        outputs = [p.communicate(timeout=900) for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+            p.wait()
+    for p, (_, err) in zip(processes, outputs):
+        if p.returncode != 0:
+            raise RuntimeError(f"{name}: exit {p.returncode}: {err[-2000:]}")
+    line = next(l for l in outputs[0][0].splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def projection(step_ms: float, batch: int, all_reduce: int) -> list[dict]:
+    """8 data-parallel devices on paper: per-device batch `batch`, measured compute per step."""
+    rows = []
+    n = PROJECTED_DEVICES
+    for name, bandwidth in INTERCONNECTS.items():
+        # Ring all-reduce: each device sends and receives 2 (n - 1) / n of the buffer.
+        comm_ms = 1000 * (2 * (n - 1) / n * all_reduce / bandwidth + 2 * (n - 1) * HOP_LATENCY_S)
+        total = step_ms + comm_ms
+        rows.append({"interconnect": name, "bandwidth_gb_s": bandwidth / 1e9,
+                     "comm_ms": comm_ms, "step_ms": total,
+                     "examples_per_s": n * batch / (total / 1000),
+                     "efficiency": step_ms / total})
+    return rows
+
+
+def measure(rounds: int = 3, steps: int = 400, repeats: int = 3, quick: bool = False) -> dict:
+    results: dict[str, list[dict]] = {name: [] for name in CONFIGURATIONS}
+    for _ in range(rounds):
+        for name in CONFIGURATIONS:
+            results[name].append(run_configuration(name, steps, repeats, quick))
+    summary = {"rounds": rounds, "steps": steps, "repeats": repeats, "quick": quick,
+               "cores": len(os.sched_getaffinity(0)), "configurations": {}}
+    for name, runs in results.items():
+        summary["configurations"][name] = {
+            **runs[0], "examples_per_s": statistics.median(r["examples_per_s"] for r in runs),
+            "step_ms": statistics.median(r["step_ms"] for r in runs),
+            "examples_per_s_rounds": [round(r["examples_per_s"]) for r in runs]}
+    two = summary["configurations"]["1 process x 2 host devices"]
+    default = summary["configurations"]["default"]
+    summary["projection"] = projection(default["step_ms"], default["batch_size"],
+                                       two["all_reduce_bytes"])
+    return summary
+
+
+def markdown(r: dict) -> str:
+    configurations = r["configurations"]
+    default = configurations["default"]
+    lines = [
+        f"Default model ({default['parameters']:,} parameters), batch {default['batch_size']} "
+        f"(global), {r['steps']} steps per timing, median of {r['repeats']} timings per round and "
+        f"of {r['rounds']} alternating rounds; {r['cores']} cores.",
+        "",
+        "| configuration | examples/s | step ms | vs default | rounds |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, c in configurations.items():
+        lines.append(f"| {name} | {c['examples_per_s']:,.0f} | {c['step_ms']:.2f} | "
+                     f"{c['examples_per_s'] / default['examples_per_s']:.2f}x | "
+                     f"{', '.join(f'{v:,}' for v in c['examples_per_s_rounds'])} |")
+    two = configurations["1 process x 2 host devices"]
+    lines += [
+        "",
+        f"All-reduced per step (compiled 2-device program): {two['all_reduce_bytes']:,} bytes in "
+        f"{two['all_reduce_ops']} all-reduce op(s): the float32 gradients of "
+        f"{two['parameters']:,} parameters ({4 * two['parameters']:,} bytes) plus the loss "
+        f"terms, fused by XLA into one collective.",
+        "",
+        f"Paper projection to {PROJECTED_DEVICES} GPUs, data parallel, batch "
+        f"{default['batch_size']} per GPU (global {PROJECTED_DEVICES * default['batch_size']}), "
+        f"compute per step = the measured default step ({default['step_ms']:.2f} ms), ring "
+        f"all-reduce of those bytes at the stated bandwidth plus {HOP_LATENCY_S * 1e6:.0f} us "
+        f"per hop:",
+        "",
+        "| interconnect (stated bandwidth) | all-reduce ms | step ms | examples/s | efficiency |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for p in r["projection"]:
+        lines.append(f"| {p['interconnect']} ({p['bandwidth_gb_s']:.0f} GB/s) | "
+                     f"{p['comm_ms']:.3f} | {p['step_ms']:.2f} | {p['examples_per_s']:,.0f} | "
+                     f"{p['efficiency']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run; numbers mean nothing")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=400, help="steps per timing")
+    parser.add_argument("--repeats", type=int, default=3, help="timings per round")
+    parser.add_argument("--json", help="also write the raw figures as JSON")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--coordinator-address", help=argparse.SUPPRESS)
+    parser.add_argument("--num-processes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    counts = QUICK if args.quick else {"rounds": args.rounds, "steps": args.steps,
+                                       "repeats": args.repeats}
+    results = measure(quick=args.quick, **counts)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
