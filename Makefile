@@ -7,8 +7,9 @@ DATA_DIR ?= data
 CHECKPOINT_DIR ?= checkpoints
 BASELINE_DIR ?= checkpoints-seed
 ARGS ?=
+CUDA ?= cuda12
 
-.PHONY: setup data train test test-torch serve sample eval quality bench torch-cpu soak clean
+.PHONY: setup data train test test-torch serve sample eval quality bench torch-cpu gpu soak clean
 
 setup: $(STAMP)
 
@@ -68,6 +69,13 @@ bench: data
 # one (ours does); elsewhere it may download a CUDA build of several GB.
 torch-cpu: setup
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
+
+# GPU: JAX's CUDA wheels into .venv (extra `cuda12`; `make gpu CUDA=cuda13` for CUDA 13
+# drivers). Nothing else changes: `make gpu train` trains on every local GPU, `cvae launch`
+# runs one process per GPU.
+gpu: setup
+	$(BIN)/python -m pip install --quiet -e '.[dev,$(CUDA)]'
+	$(BIN)/python -c "import jax; print('JAX backend:', jax.default_backend(), jax.devices())"
 
 # The service's soak, churn and fuzz tests, run longer than in `make test`.
 soak: setup

@@ -126,7 +126,7 @@ def run_configuration(name: str, steps: int, repeats: int, quick: bool) -> dict:
     for p, (_, err) in zip(processes, outputs):
         if p.returncode != 0:
             raise RuntimeError(f"{name}: exit {p.returncode}: {err[-2000:]}")
-    line = next(l for l in outputs[0][0].splitlines() if l.startswith("RESULT "))
+    line = next(t for t in outputs[0][0].splitlines() if t.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 
 

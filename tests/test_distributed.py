@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cvae.checkpoint import load_checkpoint
-from synthetic import write_synthetic_idx
+from cvae.synthetic import write_synthetic_idx
 from trees import tree_equal
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,9 @@ EXIT_BOUND = HEARTBEAT_TIMEOUT + 30
 
 
 def environment(devices: int = 1) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    """This environment without device flags or anything JAX's cluster detection would read."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"
+           and not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "JAX_LOCAL_DEVICE"))}
     env["JAX_PLATFORMS"] = "cpu"
     if devices > 1:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
@@ -229,3 +231,25 @@ def test_launch_refuses_the_flags_it_sets(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("cvae launch: error: --num-processes: set by `cvae launch` "
                                      "for each process; leave it out of the train flags")
+
+
+DETECT = ("from cvae import distributed; import jax; g = distributed.initialize(); "
+          "print(g.index, g.count, jax.device_count(), flush=True)")
+
+
+def test_without_flags_jax_detects_a_slurm_job_and_otherwise_runs_alone(group):
+    from cvae.launch import free_port
+
+    plain = subprocess.run([sys.executable, "-c", DETECT], env=environment(),
+                           capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert plain.stdout.split() == ["0", "1", "1"]
+    # What `srun --ntasks 2` sets (JAX reads these; the coordinator is the first node).
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+             "JAX_COORDINATOR_PORT": str(free_port())}
+    tasks = [group.start([sys.executable, "-c", DETECT],
+                         env={**environment(), **slurm, "SLURM_PROCID": str(i),
+                              "SLURM_LOCALID": str(i)}) for i in range(2)]
+    outputs = [task.communicate(timeout=120)[0] for task in tasks]
+    assert [task.returncode for task in tasks] == [0, 0], outputs
+    assert [out.split()[-3:] for out in outputs] == [["0", "2", "2"], ["1", "2", "2"]]
