@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--local-processes", type=bounded(int, 1, 1024), required=True,
                         metavar="N", help="processes to start on this machine")
     launch.add_argument("--grace-seconds", type=bounded(float, 0, 3600), default=10.0,
+                        metavar="SECONDS",
                         help="when one process fails, seconds the others get to stop after "
                              "SIGTERM before SIGKILL (default 10)")
     launch.add_argument("train_flags", nargs=argparse.REMAINDER,
