@@ -24,7 +24,6 @@ from cvae.launch import DEFAULT_HEARTBEAT_TIMEOUT
 log = logging.getLogger(__name__)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ProcessGroup:
     """Where this process stands: `index` of `count` processes (0 of 1 when not distributed)."""

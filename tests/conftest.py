@@ -27,7 +27,7 @@ from cvae.callbacks import Checkpointer  # noqa: E402
 from cvae.config import Config  # noqa: E402
 from cvae.data import Dataset  # noqa: E402
 from cvae.loop import train_and_evaluate  # noqa: E402
-from cvae.synthetic import synthetic_dataset  # noqa: E402
+from cvae.synthetic import synthetic_dataset, write_synthetic_idx  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,3 +63,12 @@ def trained_run(tmp_path_factory) -> TrainedRun:
     train_and_evaluate(config, data, directory, [Checkpointer()])
     steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
     return TrainedRun(directory, config, data, steps)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """The synthetic digits as the four MNIST IDX files (256 train, 64 test), for `cvae train
+    --data-dir` subprocesses. Read-only: shared by the whole session."""
+    root = tmp_path_factory.mktemp("data")
+    write_synthetic_idx(root, num_train=256, num_test=64)
+    return root

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from cvae.checkpoint import load_checkpoint
-from cvae.synthetic import write_synthetic_idx
 from trees import tree_equal
 
 pytestmark = pytest.mark.slow
@@ -138,13 +137,6 @@ def assert_same_run(directory: Path, reference) -> None:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_synthetic_idx(root, num_train=256, num_test=64)
-    return root
-
-
-@pytest.fixture(scope="module")
 def reference_dir(data_dir, tmp_path_factory):
     """The uninterrupted run: one process, two host devices."""
     directory = tmp_path_factory.mktemp("reference")
@@ -222,6 +214,23 @@ def test_killed_process_stops_the_other_then_two_processes_resume(data_dir, refe
     code, output = launch(data_dir, tmp_path)
     assert code == 0, output[-3000:]
     assert_same_run(tmp_path, reference)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-processes", "2", "--process-id", "2", "--coordinator-address", "127.0.0.1:1"],
+     "process_id=2: must be in 0..1 for --num-processes 2"),
+    (["--num-processes", "2", "--process-id", "0", "--coordinator-address", "localhost"],
+     "coordinator_address='localhost': must be HOST:PORT with a port in 1..65535"),
+    (["--num-processes", "2", "--process-id", "0"],
+     "distributed training: coordinator_address should be defined."),
+])
+def test_bad_distributed_flags_are_one_line(data_dir, tmp_path, flags, message):
+    result = subprocess.run([sys.executable, "-m", "cvae.cli", "train",
+                             *train_flags(data_dir, tmp_path), *flags], env=environment(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"cvae train: error: {message}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_launch_refuses_the_flags_it_sets(tmp_path):

@@ -11,7 +11,6 @@ import pytest
 from trees import tree_equal
 
 from cvae.checkpoint import load_checkpoint
-from cvae.synthetic import write_synthetic_idx
 
 TRAIN_FLAGS = ["--train-limit", 256, "--batch-size", 16, "--epochs", 6, "--hidden-sizes", "32",
                "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 4,
@@ -21,13 +20,6 @@ TRAIN_FLAGS = ["--train-limit", 256, "--batch-size", 16, "--epochs", 6, "--hidde
 def train_command(data_dir, checkpoint_dir):
     return [sys.executable, "-m", "cvae.cli", "train", "--data-dir", str(data_dir),
             "--checkpoint-dir", str(checkpoint_dir), *map(str, TRAIN_FLAGS)]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    write_synthetic_idx(root, num_train=256, num_test=64)
-    return root
 
 
 @pytest.fixture(scope="module")
