@@ -160,6 +160,46 @@ def measure(checkpoint_dir: str, workers_list: list[int], concurrencies: list[in
     return rows
 
 
+# ---- profile -------------------------------------------------------------------------------
+
+
+def profile(checkpoint_dir: str, seconds: float, concurrency: int = 64, top: int = 14) -> str:
+    """py-spy (`--gil`: only the thread holding the GIL, i.e. Python work) on the one worker of
+    a 1-worker server while wrk drives `/sample`: where the Python time goes, as markdown."""
+    if shutil.which("py-spy") is None and not Path(sys.executable).with_name("py-spy").exists():
+        return "_py-spy is not installed (it is in the dev extra)._"
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    with bench_server(checkpoint_dir, 1) as (port, pid):
+        worker = process_tree(pid)[1]
+        wrk(port, ENDPOINTS["project"], concurrency, 1.0, pid)  # warm
+        raw = Path(f"/tmp/cvae-pyspy-{worker}.txt")
+        spy = subprocess.Popen([py_spy, "record", "--gil", "--nonblocking", "-r", "250", "-f",
+                                "raw", "-d", str(int(seconds)), "-o", str(raw), "-p",
+                                str(worker)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        wrk(port, ENDPOINTS["project"], concurrency, seconds + 1, pid)
+        spy.wait(60)
+    stacks = [line.rsplit(" ", 1) for line in raw.read_text().splitlines() if line.strip()]
+    raw.unlink()
+    total = sum(int(n) for _, n in stacks)
+    inclusive: dict[str, int] = {}
+    for stack, n in stacks:
+        for frame in dict.fromkeys(_frame(f) for f in stack.split(";")):
+            inclusive[frame] = inclusive.get(frame, 0) + int(n)
+    rows = sorted(((n, f) for f, n in inclusive.items() if n < total), reverse=True)[:top]
+    lines = [f"py-spy `--gil`, {total} samples of the worker's Python time at c={concurrency}, "
+             "share of samples with the function on the stack:", "",
+             "| share | function |", "|---:|---|"]
+    lines += [f"| {n / total:.0%} | `{f}` |" for n, f in rows]
+    return "\n".join(lines)
+
+
+def _frame(frame: str) -> str:
+    """'name (path/to/module.py:123)' -> 'name (module.py)'."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({Path(where.split(':')[0]).name})" if where else name
+
+
 # ---- report --------------------------------------------------------------------------------
 
 
@@ -213,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds per endpoint/level")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument("--profile", type=float, default=10.0, metavar="SECONDS",
+                        help="py-spy profile of one worker under load (0: skip)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -232,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.seconds} s x {args.repeats} repeats per cell (medians)\n")
     print(table(rows))
     print("\n" + targets(rows))
+    if args.profile and not args.quick:
+        print("\n" + profile(args.checkpoint_dir, args.profile))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 1 if any(r["errors"] for r in rows) else 0

@@ -1,1 +1,1 @@
-"""The FastAPI sampling service (see service/app.py and DESIGN.md, "HTTP service")."""
+"""The FastAPI sampling service (see service/app.py and docs/design.md, "HTTP service")."""
