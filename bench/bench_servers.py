@@ -87,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
              "", "| server | workers | route | req/s | p99 ms | server CPU ms/req | errors |",
              "|---|---:|---|---:|---:|---:|---:|"]
     for workers in (1, 2):
-        port = free_port()
-        for name, command in commands(port, workers, args.checkpoint_dir).items():
+        for name in commands(0, workers, args.checkpoint_dir):
+            port = free_port()
+            command = commands(port, workers, args.checkpoint_dir)[name]
             with running(command, port, workers, args.checkpoint_dir) as pid:
                 for route, path in ROUTES.items():
                     wrk(port, path, args.concurrency, 1.0, pid)  # warm-up
@@ -96,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
                     lines.append(f"| {name} | {workers} | {route} | {r['rps']:,.0f} | "
                                  f"{r['p99_ms']:.1f} | {r['cpu_ms']:.3f} | {r['errors']} |")
                     print(lines[-1], file=sys.stderr, flush=True)
-            port = free_port()
     print("\n".join(lines))
     return 0
 

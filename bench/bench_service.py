@@ -120,7 +120,8 @@ def _ms(text: str) -> float:
 
 def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int) -> dict:
     """One wrk run; returns req/s, p50/p99 ms, errors and server CPU ms per request."""
-    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "--latency", "--timeout",
+    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--latency",
+               "--timeout",
                "10s", f"http://127.0.0.1:{port}{path}"]
     cpu_before = cpu_seconds(server_pid)
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout

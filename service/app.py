@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import os
 import secrets
@@ -29,11 +28,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cvae.grid import grid_shape, make_grid, png_bytes
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE, MAX_N,
@@ -130,32 +129,50 @@ SAMPLE_RESPONSES = {
 # ---- dependencies ------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class SampleParams:
-    digit: int | None
-    n: int
-    cols: int | None
-    seed: int | None
-    temperature: float
-    scale: int
-    pad: int
+class SampleParams(BaseModel):
+    """`/sample`'s query parameters (also `/bench/plain`'s)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    digit: int | None = Field(None, ge=0, le=9, description="0-9; omit: one row per digit")
+    n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
+    cols: int | None = Field(None, ge=1, le=MAX_N,
+                             description="default ceil(sqrt(n)); n without digit")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                             description="omit for a random one (see X-Seed)")
+    temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
+                               description="z ~ N(0, t^2 I)")
+    scale: int = Field(DEFAULT_SCALE, ge=1, le=MAX_SCALE,
+                       description="integer upscale of each tile")
+    pad: int = Field(DEFAULT_PAD, ge=0, le=MAX_PAD, description="px around every tile")
 
 
-async def sample_params(
-    digit: Annotated[int | None, Query(ge=0, le=9, description="0-9; omit: row per digit")] = None,
-    n: Annotated[int, Query(ge=1, le=MAX_N, description="samples per digit")] = DEFAULT_N,
-    cols: Annotated[int | None, Query(ge=1, le=MAX_N,
-                                      description="default ceil(sqrt(n)); n without digit")] = None,
-    seed: Annotated[int | None, Query(ge=0, le=MAX_SEED,
-                                      description="omit for a random one (see X-Seed)")] = None,
-    temperature: Annotated[float, Query(gt=0, le=MAX_TEMPERATURE,
-                                        description="z ~ N(0, t^2 I)")] = DEFAULT_TEMPERATURE,
-    scale: Annotated[int, Query(ge=1, le=MAX_SCALE,
-                                description="integer upscale of each tile")] = DEFAULT_SCALE,
-    pad: Annotated[int, Query(ge=0, le=MAX_PAD, description="px around every tile")] = DEFAULT_PAD,
-) -> SampleParams:
-    # async: a plain `def` dependency would cost a threadpool hop per request.
-    return SampleParams(digit, n, cols, seed, temperature, scale, pad)
+def query_parameters(model: type[BaseModel]) -> list[dict]:
+    """OpenAPI `parameters` for a model read from the query string by `query_model`."""
+    schema = model.model_json_schema()
+    return [{"name": name, "in": "query", "required": name in schema.get("required", ()),
+             "description": field.pop("description", ""),
+             "schema": {k: v for k, v in field.items() if k != "title"}}
+            for name, field in schema["properties"].items()]
+
+
+def query_model(model: type[BaseModel]):
+    """A dependency that validates the query string as `model` in one pydantic call.
+
+    FastAPI's own per-parameter parsing costs about 0.04 ms more per request (measured), a
+    tenth of this service's budget; errors come out the same (422, loc ["query", name]).
+    """
+    async def parse(request: Request):
+        try:
+            return model.model_validate(request.query_params)
+        except ValidationError as invalid:
+            raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
+                                          for e in invalid.errors(include_url=False)]) from None
+    return parse
+
+
+sample_params = query_model(SampleParams)
+SAMPLE_QUERY = {"parameters": query_parameters(SampleParams)}
 
 
 async def served_model(request: Request) -> Loaded:
@@ -171,9 +188,19 @@ async def served_model(request: Request) -> Loaded:
 # ---- responses -----------------------------------------------------------------------------
 
 
-def encode_png(images: np.ndarray, cols: int, scale: int, pad: int) -> bytes:
+# Grids up to this many pixels (a 16-digit grid at scale 8 has 0.2 MP) are encoded on the event
+# loop, which is cheapest; larger ones on a thread (zlib releases the GIL), so that one big
+# picture never holds up the small requests behind it.
+INLINE_ENCODE_PIXELS = 1 << 18
+
+
+async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int) -> bytes:
     """images f32[R, 28, 28] -> PNG grid bytes."""
-    return png_bytes(make_grid(images, cols, pad=pad, scale=scale))
+    height, width = grid_shape(len(images), cols, scale, pad)
+    if height * width <= INLINE_ENCODE_PIXELS:
+        return png_bytes(make_grid(images, cols, pad=pad, scale=scale))
+    return await asyncio.to_thread(
+        lambda: png_bytes(make_grid(images, cols, pad=pad, scale=scale)))
 
 
 def error(status_code: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:
@@ -272,7 +299,8 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
     app.state.metrics = metrics
     index_html = (STATIC_DIR / "index.html").read_text()
 
-    @app.get("/sample", response_class=Response, responses=SAMPLE_RESPONSES)
+    @app.get("/sample", response_class=Response, responses=SAMPLE_RESPONSES,
+             openapi_extra=SAMPLE_QUERY)
     async def sample(request: Request, params: Annotated[SampleParams, Depends(sample_params)],
                      loaded: Annotated[Loaded, Depends(served_model)]):
         """A PNG grid of generated digits (8-bit grayscale; layout as torchvision make_grid)."""
@@ -302,7 +330,7 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
         except (TimeoutError, Stopped):
             return error(503, "the request could not be served in time; retry shortly",
                          headers={"Retry-After": str(RETRY_AFTER_BUSY_S)})
-        png = encode_png(images, cols, params.scale, params.pad)
+        png = await encode_png(images, cols, params.scale, params.pad)
         return Response(png, media_type="image/png", headers=headers)
 
     @app.get("/healthz", responses={200: {"content": {"application/json": {"schema": {

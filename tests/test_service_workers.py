@@ -5,6 +5,7 @@ every request is accounted for by tests/loadgen.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -37,10 +38,13 @@ def load_in_background(port: int, seconds: float, concurrency: int, replies: lis
 
 def worker_of_connection(replies: list[Reply]) -> dict[tuple[int, int], int]:
     """(connection, serial) -> pid of the worker that took that TCP connection."""
-    import json
-
     return {(r.connection, r.serial): json.loads(r.body)["pid"]
             for r in replies if r.path == "/readyz" and r.status == 200}
+
+
+def report(name: str, figures: dict) -> None:
+    """Figures for the README and the closing note: `pytest -s` shows them."""
+    print(json.dumps({name: figures}))
 
 
 def wait_until(predicate, timeout: float = 60.0):
@@ -79,7 +83,7 @@ def test_two_workers_share_the_port_and_metrics_add_up_over_both(tmp_path, train
 
 
 def test_a_killed_worker_fails_only_requests_on_its_connections_and_is_replaced(
-        tmp_path, trained_run, record_property):
+        tmp_path, trained_run):
     with cvae_server(trained_run.directory, tmp_path / "server.log", "--no-access-log",
                      workers=2) as server:
         for _ in range(3):  # until the load's connections land on both workers
@@ -111,15 +115,14 @@ def test_a_killed_worker_fails_only_requests_on_its_connections_and_is_replaced(
         after = wait_until(lambda: (s := ready(server.url)) and s["pid"] == new_pid and s)
         assert after["step"] == max(trained_run.steps)
         served = [r for r in replies if r.path == SAMPLE and r.status == 200]
-        record_property("kill9", {"sample_ok": len(served), "failed": sum(
+        report("kill9", {"sample_ok": len(served), "failed": sum(
             r.status != 200 for r in replies), "retried": sum(r.retried for r in replies),
             "victim_connections": len(victim_connections)})
         assert len(served) > 100
         assert "Traceback" not in server.log()
 
 
-def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(tmp_path, trained_run,
-                                                                        record_property):
+def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(tmp_path, trained_run):
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
@@ -142,7 +145,7 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(tmp_path,
     failed = [r for r in replies if r.status != 200 and r.error != "refused"]
     refused = [r for r in replies if r.error == "refused"]
     drained = [r for r in replies if r.status == 200 and r.finished_at > signalled]
-    record_property("sigterm", {"ok": sum(r.status == 200 for r in replies),
+    report("sigterm", {"ok": sum(r.status == 200 for r in replies),
                                 "answered_after_sigterm": len(drained),
                                 "refused_after_sigterm": len(refused)})
     assert not failed, failed[:3]
@@ -153,7 +156,7 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(tmp_path,
 
 
 def test_two_replicas_over_one_directory_move_to_a_new_step_and_agree_byte_for_byte(
-        tmp_path, trained_run, record_property):
+        tmp_path, trained_run):
     directory = trained_run.copy_to(tmp_path / "checkpoints", steps=(min(trained_run.steps),))
     query = "/sample?digit=3&n=9&seed=21&temperature=0.7"
     poll = 0.5
@@ -171,7 +174,7 @@ def test_two_replicas_over_one_directory_move_to_a_new_step_and_agree_byte_for_b
         for name, server in (("a", a), ("b", b)):
             wait_until(lambda: (ready(server.url) or {}).get("step") == newest)
             switched[name] = round(time.monotonic() - written, 2)
-        record_property("replica_switch_seconds", switched)
+        report("replica_switch_seconds", switched)
         after = [httpx.get(server.url + query, timeout=30) for server in (a, b)]
         assert [r.headers["x-checkpoint-step"] for r in after] == [str(newest)] * 2
         assert after[0].content == after[1].content != before[0].content
