@@ -206,7 +206,8 @@ def markdown(r: dict) -> str:
     configurations = r["configurations"]
     default = configurations["default"]
     lines = [
-        f"Default model ({default['parameters']:,} parameters), batch {default['batch_size']} "
+        f"{'Quick (tiny)' if r['quick'] else 'Default'} model ({default['parameters']:,} "
+        f"parameters), batch {default['batch_size']} "
         f"(global), {r['steps']} steps per timing, median of {r['repeats']} timings per round and "
         f"of {r['rounds']} alternating rounds; {r['cores']} cores.",
         "",
