@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from cvae.checkpoint import create_manager, save_checkpoint
+from cvae.checkpoint import EVAL_SPLIT, create_manager, save_checkpoint
 from cvae.distributed import local_copy
 from cvae.errors import CheckpointError
 from cvae.grid import make_grid, save_png
@@ -87,9 +87,15 @@ class CallbackList:
 
 
 class NanGuard(Callback):
-    """Stops at the first non-finite loss term, naming the step and the term; saves nothing."""
+    """Stops at the first non-finite loss term of a train step or of the validation figures,
+    naming the step and the term; nothing of that epoch is saved."""
 
     TERMS = ("loss", "reconstruction", "kl", "grad_norm")
+
+    def stop(self, run, what: str) -> None:
+        run.non_finite = True
+        run.request_stop(f"{what}; the last good checkpoint is kept in {run.checkpoint_dir}",
+                         exit_code=3)
 
     def on_step_end(self, run, metrics):
         first_step = run.step - len(metrics["loss"])
@@ -97,10 +103,15 @@ class NanGuard(Callback):
             values = np.asarray(metrics.get(term, []))
             bad = np.flatnonzero(~np.isfinite(values))
             if bad.size:
-                run.non_finite = True
-                run.request_stop(
-                    f"non-finite {term} ({values[bad[0]]}) at step {first_step + int(bad[0]) + 1}; "
-                    f"the last good checkpoint is kept in {run.checkpoint_dir}", exit_code=3)
+                self.stop(run, f"non-finite {term} ({values[bad[0]]}) at step "
+                               f"{first_step + int(bad[0]) + 1}")
+                return
+
+    def on_eval_end(self, run, metrics):
+        for term in self.TERMS:
+            if term in metrics and not math.isfinite(metrics[term]):
+                self.stop(run, f"non-finite {EVAL_SPLIT} {term} ({metrics[term]}) after step "
+                               f"{run.step}")
                 return
 
 
@@ -124,7 +135,8 @@ class ProgressBar(Callback):
                              kl=f"{float(np.mean(metrics['kl'])):.2f}")
 
     def on_eval_end(self, run, metrics):
-        self.bar.write(f"epoch {run.epoch + 1} step {run.step}: test loss {metrics['loss']:.2f} "
+        self.bar.write(f"epoch {run.epoch + 1} step {run.step}: validation loss "
+                       f"{metrics['loss']:.2f} "
                        f"(reconstruction {metrics['reconstruction']:.2f}, KL {metrics['kl']:.2f}; "
                        f"-ELBO {metrics['neg_elbo']:.2f} nats)")
 
@@ -134,7 +146,8 @@ class ProgressBar(Callback):
 
 
 class MetricsLogger(Callback):
-    """Appends one JSON line per epoch to `metrics.jsonl`: train means, test metrics, timing.
+    """Appends one JSON line per epoch to `metrics.jsonl`: train means, validation metrics,
+    timing.
 
     Train means are weighted by step count; with equal batches that is the exact example mean.
     """
@@ -157,7 +170,7 @@ class MetricsLogger(Callback):
         record = {"epoch": run.epoch + 1, "step": run.step,
                   "seconds": round(self.clock() - self.started, 3)}
         record.update({f"train_{k}": v / self.count for k, v in self.sums.items() if self.count})
-        record.update({f"test_{k}": v for k, v in metrics.items()})
+        record.update(prefixed(metrics))
         if self.count and record["seconds"] > 0:
             record["examples_per_second"] = round(
                 self.count * run.config.batch_size / record["seconds"], 1)
@@ -165,7 +178,8 @@ class MetricsLogger(Callback):
 
 
 class EarlyStopping(Callback):
-    """Stops after `patience` evaluations without a `min_delta` improvement of the test loss."""
+    """Stops after `patience` evaluations without a `min_delta` improvement of the validation
+    loss."""
 
     def __init__(self, patience: int, min_delta: float = 0.0, metric: str = "loss"):
         self.patience, self.min_delta, self.metric = patience, min_delta, metric
@@ -178,12 +192,13 @@ class EarlyStopping(Callback):
             return
         self.bad_epochs += 1
         if self.bad_epochs >= self.patience:
-            run.request_stop(f"early stopping: test {self.metric} has not improved by "
+            run.request_stop(f"early stopping: validation {self.metric} has not improved by "
                              f"{self.min_delta} for {self.patience} epochs (best {self.best:.3f})")
 
 
 class Checkpointer(Callback):
-    """Saves at each epoch end (ranked by test loss) and, after a stop, at the step reached."""
+    """Saves at each epoch end (ranked by validation loss) and, after a stop, at the step
+    reached."""
 
     def __init__(self, keep: int = 3):
         self.keep = keep
@@ -208,7 +223,7 @@ class Checkpointer(Callback):
                 f"to resume") from None
 
     def on_epoch_end(self, run, metrics):
-        self.save(run, {**metrics, "epoch": run.epoch + 1})
+        self.save(run, {**prefixed(metrics), "epoch": run.epoch + 1})
 
     def on_fit_end(self, run):
         if self.manager is None:
@@ -243,7 +258,7 @@ class TensorBoard(Callback):
     """TensorBoard event files (tensorboardX: no TensorFlow) under `<checkpoint dir>/tensorboard`.
 
     Per chunk: the step metrics at the chunk's last step (loss terms, learning rate, gradient
-    norm, KL weight); per epoch: the test metrics.
+    norm, KL weight); per epoch: the validation metrics.
     """
 
     def __init__(self, subdir: str = "tensorboard"):
@@ -261,7 +276,7 @@ class TensorBoard(Callback):
 
     def on_eval_end(self, run, metrics):
         for name, value in metrics.items():
-            self.writer.add_scalar(f"test/{name}", float(value), run.step)
+            self.writer.add_scalar(f"{EVAL_SPLIT}/{name}", float(value), run.step)
 
     def on_fit_end(self, run):
         if self.writer is not None:
@@ -300,6 +315,11 @@ def default_callbacks(config, progress: bool = True, writer: bool = True) -> lis
         callbacks.insert(1, EarlyStopping(config.early_stopping_patience,
                                           config.early_stopping_min_delta))
     return callbacks
+
+
+def prefixed(metrics: dict) -> dict:
+    """Evaluation metrics named after the split they come from: {"validation_loss": ...}."""
+    return {f"{EVAL_SPLIT}_{name}": value for name, value in metrics.items()}
 
 
 def append_jsonl(path: Path, record: dict) -> None:

@@ -4,7 +4,7 @@ Also where a run starts from (`start_state`): the newest readable checkpoint if 
 agrees (resume), a fresh state with the previous run set aside (`--fresh`), or another run's
 weights (`--init-from`).
 
-Retention is "the latest `keep` and the best 1 by test loss", written as an explicit Orbax
+Retention is "the latest `keep` and the best 1 by validation loss", written as an explicit Orbax
 preservation policy: with plain `max_to_keep` + `best_fn`, Orbax keeps only the best N and may
 delete the newest step (orbax #526). Saves are synchronous and atomic (Orbax writes to a
 temporary folder and renames it on commit), so a killed process never leaves a step that
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +34,12 @@ from cvae.optim import create_optimizer
 log = logging.getLogger(__name__)
 
 ITEMS = ("state", "config", "metrics")
-BEST_METRIC = "loss"
+# Training evaluates on the validation split only; its figures are stored as "validation_<term>"
+# and the best step is the lowest validation loss. (Checkpoints from before the split stored
+# test figures as plain "loss": they rank as worst, so they are never kept as "best" over new
+# steps.)
+EVAL_SPLIT = "validation"
+BEST_METRIC = f"{EVAL_SPLIT}_loss"
 
 
 class _DropReadOnlyNotice(logging.Filter):
@@ -47,7 +53,7 @@ logging.getLogger("absl").addFilter(_DropReadOnlyNotice())
 
 
 def _best_metric(metrics: dict) -> float:
-    return float(metrics[BEST_METRIC])
+    return float(metrics.get(BEST_METRIC, math.inf))
 
 
 def create_manager(directory: str | Path, keep: int = 3, read_only: bool = False
@@ -70,7 +76,7 @@ def create_manager(directory: str | Path, keep: int = 3, read_only: bool = False
 
 def save_checkpoint(manager: ocp.CheckpointManager, state, config: Config,
                     metrics: dict[str, Any] | None, force: bool = True) -> int:
-    """Write one step; `metrics` (test-set figures) rank it for "best" retention."""
+    """Write one step; `metrics` (validation figures) rank it for "best" retention."""
     step = int(jax.device_get(state.step))
     args = ocp.args.Composite(
         state=ocp.args.StandardSave(state),
@@ -182,6 +188,42 @@ def start_state(state, config: Config, checkpoint_dir: str | Path, fresh: bool =
         distributed.barrier("fresh: previous run set aside")
         return state
     return resume_state(checkpoint_dir, state, config)
+
+
+def schedule_span(config: Config) -> int:
+    """Epochs the learning-rate schedule spans: `schedule_epochs`, or else `epochs`."""
+    return config.schedule_epochs or config.epochs
+
+
+def keep_schedule_span(checkpoint_dir: str | Path, config: Config) -> Config:
+    """`config` with the schedule span of the run it resumes, so the rate never jumps.
+
+    Raising --epochs on a run used to rebuild the schedule over the new total: a run that had
+    decayed to 1e-5 went back to about 5e-4. Now the schedule keeps the span the run started
+    with, and epochs past it train at the schedule's final rate. An explicit --schedule-epochs
+    that differs from the run's span is refused: it would make the rate jump.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    if not checkpoint_dir.is_dir():
+        return config
+    manager = create_manager(checkpoint_dir, read_only=True)
+    try:
+        found = restore_newest_readable(manager, lambda step: read_config(manager, step))
+    finally:
+        manager.close()
+    if found is None or schedule_span(found[1]) == schedule_span(config):
+        return config
+    stored, span = found[1], schedule_span(found[1])
+    if config.schedule_epochs:
+        raise ResumeError(
+            f"{checkpoint_dir} holds a run whose learning-rate schedule spans {span} epochs; "
+            f"--schedule-epochs {config.schedule_epochs} would make the rate jump: pass --fresh "
+            f"to start over with it, or leave --schedule-epochs out")
+    log.warning("%s: continuing a run planned for %d epochs to %d: the learning-rate schedule "
+                "keeps its span of %d epochs, and later epochs train at its final rate; "
+                "pass --fresh to train %d epochs on one schedule", checkpoint_dir, stored.epochs,
+                config.epochs, span, config.epochs)
+    return config.replace(schedule_epochs=span)
 
 
 def resume_state(checkpoint_dir: Path, state, config: Config):

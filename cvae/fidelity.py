@@ -6,8 +6,9 @@ trained once on the training set and cached beside the data as
 checksum of the training images and labels: other data gets another classifier. Generated
 samples are scored by (1) the fraction the classifier assigns to the digit they were conditioned
 on and (2) the Fréchet distance between the classifier's 128-d penultimate features of samples
-and of real test digits, overall and per digit. Real test digits scored the same way are the
-reference: their accuracy, and the distance between the two halves of the test set.
+and of real test digits, overall and per digit, and (3) k-NN precision, recall and coverage in
+the same feature space (`cvae.precision_recall`). Real test digits scored the same way are the
+reference: their accuracy, and the scores of one half of the test set against the other.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import optax
 
 from cvae.config import NUM_CLASSES
+from cvae.precision_recall import precision_recall
 
 FEATURES = 128
 CLASSIFIER_VERSION = 1  # bump when the architecture or recipe changes: invalidates caches
@@ -180,33 +182,41 @@ def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
 # ---- Scores ---------------------------------------------------------------------------------
 
 
+def _per_digit_means(values: np.ndarray, labels: np.ndarray) -> list[float]:
+    return [float(values[labels == digit].mean()) if np.any(labels == digit) else float("nan")
+            for digit in range(NUM_CLASSES)]
+
+
 def score_images(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarray,
                  reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
     """Accuracy w.r.t. `labels` and Fréchet distance to the reference features, overall and per
-    digit: {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10]}."""
-    labels = np.asarray(labels)
+    digit, and k-NN precision, recall and coverage against the reference features:
+    {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10], "precision",
+    "recall", "coverage"}."""
+    labels, reference_labels = np.asarray(labels), np.asarray(reference_labels)
     logits, features = classifier.logits_and_features(images)
     correct = logits.argmax(axis=1) == labels
-    per_digit_acc, per_digit_fd = [], []
+    per_digit_fd = []
     for digit in range(NUM_CLASSES):
-        mine, theirs = labels == digit, np.asarray(reference_labels) == digit
-        per_digit_acc.append(float(correct[mine].mean()) if mine.any() else float("nan"))
+        mine, theirs = labels == digit, reference_labels == digit
         per_digit_fd.append(frechet_distance(features[mine], reference_features[theirs])
                             if mine.sum() > 1 and theirs.sum() > 1 else float("nan"))
-    return {"accuracy": float(correct.mean()), "accuracy_per_digit": per_digit_acc,
-            "fd": frechet_distance(features, reference_features), "fd_per_digit": per_digit_fd}
+    return {"accuracy": float(correct.mean()),
+            "accuracy_per_digit": _per_digit_means(correct, labels),
+            "fd": frechet_distance(features, reference_features), "fd_per_digit": per_digit_fd,
+            **precision_recall(reference_features, features)}
 
 
 def reference_scores(classifier: TrainedClassifier, test_images: np.ndarray,
                      test_labels: np.ndarray) -> dict:
-    """Real test digits scored like samples: accuracy on all of them, and the Fréchet distance
-    of the odd-indexed half to the even-indexed half (the floor a perfect model would reach at
-    that sample size)."""
+    """Real test digits scored like samples: accuracy on all of them, and the Fréchet distance,
+    precision, recall and coverage of the even-indexed half against the odd-indexed half (what
+    a perfect model would reach at that sample size)."""
     test_labels = np.asarray(test_labels)
     _, features = classifier.logits_and_features(test_images[1::2])
     half = score_images(classifier, test_images[0::2], test_labels[0::2], features,
                         test_labels[1::2])
-    full = score_images(classifier, test_images, test_labels, features, test_labels[1::2])
-    return {"accuracy": full["accuracy"], "accuracy_per_digit": full["accuracy_per_digit"],
-            "fd": half["fd"], "fd_per_digit": half["fd_per_digit"],
+    correct = classifier.logits_and_features(test_images)[0].argmax(axis=1) == test_labels
+    return {**half, "accuracy": float(correct.mean()),
+            "accuracy_per_digit": _per_digit_means(correct, test_labels),
             "fd_protocol": "even-indexed half vs odd-indexed half of the test set"}

@@ -50,7 +50,7 @@ def log_weights(model: CVAE, variables: dict, images: jax.Array, labels: jax.Arr
         z = mean + jnp.exp(0.5 * logvar) * sample_noise(key, index, mean.shape)
         logits = model.apply(variables, z, labels, method=CVAE.decode)
         log_px = -reconstruction(logits, images, likelihood)
-        log_pz = gaussian_log_density(z, 0.0, jnp.zeros_like(z))
+        log_pz = model.apply(variables, z, labels, method=CVAE.log_prior)
         return log_px + log_pz - gaussian_log_density(z, mean, logvar)
 
     return jax.vmap(one)(indices)

@@ -1,8 +1,11 @@
 """`train_and_evaluate`: the epoch loop. It owns no maths, logging or saving.
 
 It builds the model, optimizer and jitted pieces from the config, resumes from the latest
-checkpoint unless told not to, puts the dataset on the device, and then alternates fused chunks
-of train steps with an evaluation at each epoch end, announcing every event to the callbacks.
+checkpoint unless told not to, puts the training and validation examples on the device, and
+then alternates fused chunks of train steps with an evaluation on the validation examples at
+each epoch end (every `eval_every` epochs), announcing every event to the callbacks. With a
+mixture prior, the prior is fitted to the codes of the training examples before each
+evaluation. The test set is never read here.
 Chunks end on multiples of `steps_per_call` within an epoch, so a run stopped and resumed runs
 exactly the same device programs as one that was not, and ends with bit-identical parameters.
 SIGINT/SIGTERM stop before the next chunk (on every process at once), then the callbacks save
@@ -19,17 +22,20 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from cvae import prior as prior_lib
 from cvae.callbacks import Callback, CallbackList, Run
-from cvae.checkpoint import start_state
-from cvae.config import Config
+from cvae.checkpoint import keep_schedule_span, schedule_span, start_state
+from cvae.config import NUM_CLASSES, Config
 from cvae.data import Dataset
 from cvae.distributed import any_process
 from cvae.errors import ConfigError
 from cvae.evaluate import create_eval_step, evaluate
-from cvae.model import create_model
+from cvae.model import CVAE, create_model
 from cvae.optim import create_optimizer
 from cvae.parallel import create_mesh, replicate
-from cvae.train import create_train_chunk, create_train_step, epoch_permutation, run_key
+from cvae.splits import split_training_set
+from cvae.train import (create_train_chunk, create_train_step, epoch_permutation, prior_fit_key,
+                        run_key)
 
 
 def planned_steps(config: Config, num_examples: int) -> tuple[int, int]:
@@ -42,11 +48,26 @@ def planned_steps(config: Config, num_examples: int) -> tuple[int, int]:
     return steps_per_epoch, min(total, config.max_steps) if config.max_steps else total
 
 
-def training_arrays(data: Dataset, config: Config) -> tuple[jax.Array, jax.Array]:
-    """The (optionally limited) training set on the device: uint8[N, 784], int32[N]."""
-    limit = config.train_limit or len(data.train_images)
-    images = data.train_images[:limit].reshape(-1, 28 * 28)
-    return jnp.asarray(images), jnp.asarray(data.train_labels[:limit], jnp.int32)
+def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
+    """uint8[N, 28, 28], int[N] -> on the device as uint8[N, 784], int32[N]."""
+    return jnp.asarray(images.reshape(-1, 28 * 28)), jnp.asarray(labels, jnp.int32)
+
+
+def create_prior_fit(model, config: Config, train_labels):
+    """`fit(state, images, labels, key) -> state` with its mixture prior refitted, or None when
+    the run's prior is the standard one."""
+    if config.prior != "mixture":
+        return None
+    fit_fn = prior_lib.create_fit_fn(
+        lambda variables, x, y: model.apply(variables, x, y, method=CVAE.encode),
+        config.prior_components)
+    table = prior_lib.class_index_table(train_labels, NUM_CLASSES)
+
+    def fit(state, images, labels, key):
+        mixture = fit_fn(state.eval_variables(), images, labels, *table, key)
+        return state.replace(prior={prior_lib.VARIABLE: mixture})
+
+    return fit
 
 
 class Interrupts:
@@ -93,16 +114,23 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                        devices: list[jax.Device] | None = None) -> Run:
     """Train `config` on `data`, evaluating and checkpointing each epoch. Returns the `Run`.
 
-    Data-parallel over `devices` (default: every device of every process, see
+    Only `data`'s training file is read: it is split into training and validation examples
+    (`cvae.splits`), and every per-epoch figure, the best checkpoint, early stopping and the
+    NaN guard's evaluation check come from the validation part. The test set is left to
+    `cvae eval`. Data-parallel over `devices` (default: every device of every process, see
     `cvae.distributed`).
     """
     config.validate()
     checkpoint_dir = Path(checkpoint_dir)
     mesh = create_mesh(devices)
-    images, labels = training_arrays(data, config)
+    split = split_training_set(data.train_images, data.train_labels, config)
+    images, labels = device_arrays(split.train_images, split.train_labels)
+    if not fresh:
+        config = keep_schedule_span(checkpoint_dir, config)
     steps_per_epoch, total_steps = planned_steps(config, images.shape[0])
     model = create_model(config)
-    optimizer, learning_rate_fn = create_optimizer(config, config.epochs * steps_per_epoch)
+    optimizer, learning_rate_fn = create_optimizer(config,
+                                                   schedule_span(config) * steps_per_epoch)
     key = run_key(config.seed)
     state, train_step = create_train_step(key, model, optimizer, config, learning_rate_fn, mesh)
     state = start_state(state, config, checkpoint_dir, fresh=fresh, init_from=init_from)
@@ -110,9 +138,9 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
 
     train_chunk = create_train_chunk(train_step, config.batch_size, mesh)
     eval_step = create_eval_step(model, config)
-    test_images, test_labels = replicate(
-        (jnp.asarray(data.test_images.reshape(-1, 28 * 28)), jnp.asarray(data.test_labels,
-                                                                        jnp.int32)), mesh)
+    validation_images, validation_labels = replicate(
+        device_arrays(split.validation_images, split.validation_labels), mesh)
+    fit_prior = create_prior_fit(model, config, split.train_labels)
 
     step = int(state.step)
     run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step,
@@ -136,9 +164,16 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                 events.emit("step_end", run, jax.device_get(metrics))
             if run.non_finite or position < steps_per_epoch and step < total_steps:
                 break  # stopped mid-epoch: no evaluation of a half-trained epoch
-            test_metrics = evaluate(eval_step, state.eval_variables(), test_images, test_labels,
-                                    key, config.eval_batch_size, config)
-            events.emit("eval_end", run, test_metrics)
-            events.emit("epoch_end", run, test_metrics)
+            if (run.epoch + 1) % config.eval_every and step < total_steps and not run.stopping:
+                continue  # evaluated, logged and saved every `eval_every` epochs and at the end
+            if fit_prior is not None:
+                state = run.state = fit_prior(state, images, labels,
+                                              prior_fit_key(key, run.epoch))
+            metrics = evaluate(eval_step, state.eval_variables(), validation_images,
+                               validation_labels, key, config.eval_batch_size, config)
+            events.emit("eval_end", run, metrics)
+            if run.non_finite:
+                break  # a non-finite validation figure: nothing of this epoch is saved
+            events.emit("epoch_end", run, metrics)
         events.emit("fit_end", run)
     return run

@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from cvae import prior as prior_lib
 from cvae.config import NUM_CLASSES, Config
 from cvae.data import IMAGE_SHAPE
 
@@ -101,19 +102,45 @@ class Decoder(nn.Module):
 
 
 class CVAE(nn.Module):
-    """Conditional VAE; `labels` are int32[B] digits 0-9."""
+    """Conditional VAE; `labels` are int32[B] digits 0-9.
+
+    The prior p(z | y) is N(0, I), or with `prior="mixture"` a per-class Gaussian mixture kept
+    in the variable collection "prior" and fitted to the codes after each epoch
+    (`cvae.prior`). Training's KL always uses N(0, I); `generate` and `log_prior` use the
+    prior the run has.
+    """
 
     config: Config
 
     def setup(self):
         self.encoder = Encoder(self.config)
         self.decoder = Decoder(self.config)
+        cfg = self.config
+        # Declared only where it exists (init, or variables that carry it): the train step
+        # applies the model without it.
+        if cfg.prior == "mixture" and (self.is_initializing()
+                                       or self.has_variable(prior_lib.COLLECTION, prior_lib.VARIABLE)):
+            self.mixture = self.variable(
+                prior_lib.COLLECTION, prior_lib.VARIABLE, prior_lib.standard_mixture, NUM_CLASSES,
+                cfg.prior_components, cfg.latent_dim)
 
     def encode(self, images: jax.Array, labels: jax.Array, train: bool = False):
         return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train)
 
     def decode(self, z: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
         return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train)
+
+    def generate(self, noise: jax.Array, labels: jax.Array) -> jax.Array:
+        """Pixel logits [B, 784] of samples: noise f32[B, L] ~ N(0, t^2 I) through the prior."""
+        z = noise if self.config.prior == "standard" else \
+            prior_lib.sample(self.mixture.value, noise, labels)
+        return self.decode(z, labels)
+
+    def log_prior(self, z: jax.Array, labels: jax.Array) -> jax.Array:
+        """log p(z | y): z f32[B, L], labels i32[B] -> f32[B]."""
+        if self.config.prior == "standard":
+            return -0.5 * jnp.sum(jnp.square(z) + prior_lib.LOG_2PI, axis=-1)
+        return prior_lib.log_density(self.mixture.value, z, labels)
 
     def __call__(self, images: jax.Array, labels: jax.Array, z_key: jax.Array,
                  train: bool = False):

@@ -26,11 +26,15 @@ DIGITS = tuple(range(NUM_CLASSES))
 
 
 def create_decode_fn(model: CVAE, config: Config) -> Callable:
-    """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`."""
+    """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
+
+    z is the sampling noise, N(0, t^2 I); the model's prior maps it to its latent (the identity
+    for the standard prior).
+    """
 
     @jax.jit
     def decode(variables, z, labels):
-        logits = model.apply(variables, z, labels, method=CVAE.decode)
+        logits = model.apply(variables, z, labels, method=CVAE.generate)
         return pixel_means(logits).reshape(-1, 28, 28)
 
     return decode

@@ -29,20 +29,22 @@ Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": in
 Metrics = dict[str, jax.Array]
 
 # Streams folded into the run key, so each use of randomness is independent of the others.
-_PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM = range(4)
+_PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM, _PRIOR_STREAM = range(5)
 
 
 class TrainState(train_state.TrainState):
     """Flax TrainState plus what a VAE run needs to resume and to sample."""
 
     batch_stats: Any = flax.struct.field(default_factory=dict)
+    prior: Any = flax.struct.field(default_factory=dict)  # the fitted mixture, if the run has one
     ema_params: Any = None
     key: jax.Array = None  # the run key, raw uint32 data; every other key is folded from it
 
     def eval_variables(self, use_ema: bool = True) -> dict:
         """Variables for evaluation and sampling: EMA weights when kept."""
         params = self.ema_params if (use_ema and self.ema_params is not None) else self.params
-        return {"params": params, **({"batch_stats": self.batch_stats} if self.batch_stats else {})}
+        return {"params": params, **({"batch_stats": self.batch_stats} if self.batch_stats else {}),
+                **({"prior": self.prior} if self.prior else {})}
 
 
 def run_key(seed: int) -> jax.Array:
@@ -64,7 +66,7 @@ def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTra
     params = variables["params"]
     state = TrainState.create(
         apply_fn=model.apply, params=params, tx=optimizer,
-        batch_stats=variables.get("batch_stats", {}),
+        batch_stats=variables.get("batch_stats", {}), prior=variables.get("prior", {}),
         # Copies, not aliases: the state is donated to the step, its buffers must be its own.
         ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
         key=jnp.copy(jax.random.key_data(key)))
@@ -178,3 +180,8 @@ def create_train_chunk(train_step: Callable, batch_size: int,
         return jax.lax.scan(body, state, jnp.arange(num_steps))
 
     return train_chunk
+
+
+def prior_fit_key(key: jax.Array, epoch: int) -> jax.Array:
+    """The key of the mixture prior's fit after `epoch` (binarisation, codes, EM starts)."""
+    return jax.random.fold_in(stream_key(key, _PRIOR_STREAM), epoch)

@@ -53,13 +53,14 @@ class TrainedRun:
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory) -> TrainedRun:
-    """Test config, 64 synthetic examples, 2 epochs of 4 steps: checkpoints at steps 4 and 8.
+    """Test config, 80 synthetic examples (16 held out for validation), 2 epochs of 4 steps:
+    checkpoints at steps 4 and 8.
 
     About 5 s on 2 CPU cores (mostly compilation).
     """
     directory = tmp_path_factory.mktemp("trained-run")
     config = config_lib.test().replace(epochs=2)
-    data = synthetic_dataset(64)
+    data = synthetic_dataset(80)
     train_and_evaluate(config, data, directory, [Checkpointer()])
     steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
     return TrainedRun(directory, config, data, steps)
@@ -67,8 +68,9 @@ def trained_run(tmp_path_factory) -> TrainedRun:
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
-    """The synthetic digits as the four MNIST IDX files (256 train, 64 test), for `cvae train
-    --data-dir` subprocesses. Read-only: shared by the whole session."""
+    """The synthetic digits as the four MNIST IDX files (320 train, of which the last 64 are the
+    validation split with `--validation-size 64`; 64 test), for `cvae train --data-dir`
+    subprocesses. Read-only: shared by the whole session."""
     root = tmp_path_factory.mktemp("data")
-    write_synthetic_idx(root, num_train=256, num_test=64)
+    write_synthetic_idx(root, num_train=320, num_test=64)
     return root

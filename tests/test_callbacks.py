@@ -12,7 +12,7 @@ from cvae.synthetic import synthetic_dataset
 
 
 class ScriptedLoss(Callback):
-    """Replaces the test loss with a script, so early stopping sees known values."""
+    """Replaces the validation loss with a script, so early stopping sees known values."""
 
     def __init__(self, losses):
         self.losses = list(losses)
@@ -24,7 +24,7 @@ class ScriptedLoss(Callback):
 def test_early_stopping_stops_at_the_right_epoch_and_leaves_a_checkpoint(tmp_path):
     config = config_lib.test().replace(epochs=10)
     script = ScriptedLoss([5.0, 4.0, 4.0, 3.95, 3.99, 1.0, 1.0, 1.0, 1.0, 1.0])
-    run = train_and_evaluate(config, synthetic_dataset(64), tmp_path,
+    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
                              [script, EarlyStopping(patience=2, min_delta=0.1), Checkpointer()])
     # epoch 2: 4.0 (no 0.1 gain), epoch 3: 3.95 (still < 0.1 below 4.0) -> stop after epoch 4
     assert run.epoch == 3 and run.step == 16
@@ -43,13 +43,13 @@ def test_metrics_logger_uses_the_injected_clock_and_weights_steps(tmp_path):
     logger.on_epoch_end(run, {"loss": 7.0})
     record = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert record["train_loss"] == 3.0  # (1 + 2 + 6) / 3 steps, not the mean of chunk means
-    assert record["seconds"] == 2.5 and record["test_loss"] == 7.0
+    assert record["seconds"] == 2.5 and record["validation_loss"] == 7.0
     assert record["examples_per_second"] == 3 * 16 / 2.5
 
 
 def test_tensorboard_and_loss_curve_files_are_written(tmp_path):
     config = config_lib.test().replace(epochs=2)
-    train_and_evaluate(config, synthetic_dataset(64), tmp_path,
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path,
                        [MetricsLogger(), TensorBoard(), LossCurve()])
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100

@@ -34,13 +34,16 @@ def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
                           jax.device_get(getattr(checkpoint.state, name))), name
 
 
-def test_keeps_latest_three_and_the_best(tmp_path):
+def test_keeps_latest_three_and_the_best_by_validation_loss(tmp_path):
     config = config_lib.test()
     state = make_state(config)
     manager = create_manager(tmp_path, keep=3)
     losses = {1: 5.0, 2: 1.0, 3: 4.0, 4: 3.0, 5: 6.0, 6: 7.0}
     for step, loss in losses.items():
-        save_checkpoint(manager, state.replace(step=step), config, {"loss": loss})
+        # A "test_loss" that ranks the other way round must not matter: selection reads
+        # validation figures only.
+        save_checkpoint(manager, state.replace(step=step), config,
+                        {"validation_loss": loss, "test_loss": -loss, "loss": -loss})
     assert manager.all_steps() == [2, 4, 5, 6]
     assert manager.best_step() == 2 and manager.latest_step() == 6
     manager.close()
@@ -67,7 +70,7 @@ def test_missing_and_empty_dirs_say_where_and_what_to_run(tmp_path):
 
 def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
     config = config_lib.test().replace(epochs=2)
-    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
     assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4, 8]
     for item in (tmp_path / "8" / "state").rglob("*"):
         if item.is_file():
@@ -79,11 +82,11 @@ def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
 
 def test_resume_with_a_different_model_names_the_fields(tmp_path):
     config = config_lib.test()
-    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
     with pytest.raises(ResumeError, match="latent_dim: checkpoint 4 vs requested 8.*--fresh"):
-        train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(64), tmp_path,
+        train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(80), tmp_path,
                            [Checkpointer()])
-    run = train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(64),
+    run = train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(80),
                              tmp_path, [Checkpointer()], fresh=True)
     assert run.step == 4
     assert load_checkpoint(tmp_path).config.latent_dim == 8
@@ -91,8 +94,8 @@ def test_resume_with_a_different_model_names_the_fields(tmp_path):
 
 def test_resume_continues_the_step_count(tmp_path):
     config = config_lib.test()
-    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
-    run = train_and_evaluate(config.replace(epochs=3), synthetic_dataset(64), tmp_path,
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    run = train_and_evaluate(config.replace(epochs=3), synthetic_dataset(80), tmp_path,
                              [Checkpointer()])
     assert run.step == 12
     assert load_checkpoint(tmp_path).step == 12
@@ -100,11 +103,11 @@ def test_resume_continues_the_step_count(tmp_path):
 
 def test_training_resumes_past_a_corrupt_newest_step_and_keeps_it_aside(tmp_path):
     config = config_lib.test().replace(epochs=2)
-    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
     for item in (tmp_path / "8" / "state").rglob("*"):
         if item.is_file():
             item.write_bytes(b"garbage")
-    run = train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Checkpointer()])
+    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
     assert run.start_step == 4 and run.step == 8
     assert load_checkpoint(tmp_path).step == 8
     assert len(list(tmp_path.glob("unreadable-8-*"))) == 1

@@ -17,6 +17,12 @@ def image_size_mode(path):
         return image.size, image.mode
 
 
+# 512 of the 600 synthetic training examples (64 held out for validation): 32 steps per epoch.
+SMALL_RUN = ("--train-limit", 512, "--validation-size", 64, "--batch-size", 16, "--hidden-sizes",
+             "64,32", "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 10,
+             "--eval-batch-size", 100, "--no-progress")
+
+
 def cvae(*args, cwd=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "cvae.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
@@ -27,9 +33,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     write_synthetic_idx(root / "data", num_train=600, num_test=100)
     result = cvae("train", "--data-dir", root / "data", "--checkpoint-dir", root / "ck",
-                  "--train-limit", 512, "--max-steps", 50, "--batch-size", 16,
-                  "--hidden-sizes", "64,32", "--latent-dim", 4, "--warmup-steps", 0,
-                  "--steps-per-call", 10, "--eval-batch-size", 100, "--no-progress")
+                  "--max-steps", 50, *SMALL_RUN)
     assert result.returncode == 0, result.stderr
     return root, result
 
@@ -67,9 +71,7 @@ def test_sample_without_digit_has_one_row_per_digit(trained):
 def test_train_again_resumes_and_continues_the_step_count(trained):
     root, _ = trained
     result = cvae("train", "--data-dir", root / "data", "--checkpoint-dir", root / "ck",
-                  "--train-limit", 512, "--max-steps", 60, "--batch-size", 16,
-                  "--hidden-sizes", "64,32", "--latent-dim", 4, "--warmup-steps", 0,
-                  "--steps-per-call", 10, "--eval-batch-size", 100, "--no-progress")
+                  "--max-steps", 60, *SMALL_RUN)
     assert result.returncode == 0, result.stderr
     assert "trained to step 60" in result.stdout
 
@@ -77,9 +79,7 @@ def test_train_again_resumes_and_continues_the_step_count(trained):
 def test_train_on_a_finished_run_does_nothing_and_keeps_the_checkpoint(trained):
     root, _ = trained
     args = ("train", "--data-dir", root / "data", "--checkpoint-dir", root / "ck",
-            "--train-limit", 512, "--max-steps", 60, "--batch-size", 16, "--hidden-sizes",
-            "64,32", "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 10,
-            "--eval-batch-size", 100, "--no-progress")
+            "--max-steps", 60, *SMALL_RUN)
     assert cvae(*args).returncode == 0  # at step 60, whichever test ran first
     before = {p: p.stat().st_mtime_ns for p in (root / "ck" / "60").rglob("*")}
     result = cvae(*args)  # used to fail: Orbax refused to save step 60 a second time

@@ -21,9 +21,9 @@ from trees import tree_equal
 
 pytestmark = pytest.mark.slow
 
-FLAGS = ["--train-limit", 256, "--batch-size", 16, "--epochs", 4, "--hidden-sizes", "32",
-         "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 4, "--eval-batch-size", 64,
-         "--no-progress"]
+FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--epochs", 4,
+         "--hidden-sizes", "32", "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 4,
+         "--eval-batch-size", 64, "--no-progress"]
 STEPS_PER_EPOCH, TOTAL_STEPS = 16, 64
 HEARTBEAT_TIMEOUT = 5  # seconds: how long a frozen process may stay silent before all stop
 # The stated bound is the heartbeat timeout plus about a second (README, "Faults"); the

@@ -117,7 +117,7 @@ def test_eval_scores_a_baseline_in_the_same_run(trained_run, tmp_path, capsys):
     assert "ours / baseline FD = 1.000" in capsys.readouterr().out
     fid = json.loads(out.read_text())["fidelity"]
     assert fid["baseline"]["samples"] == fid["samples"]
-    assert fid["baseline"]["fd_ratio"] == 1.0 and not fid["baseline"]["fd_at_most_a_quarter"]
+    assert fid["baseline"]["fd_ratio"] == 1.0 and not fid["baseline"]["fd_ratio_met"]
 
 
 def test_eval_baseline_needs_fidelity(trained_run, tmp_path, capsys):

@@ -23,7 +23,7 @@ class Losses(Callback):
     def on_step_end(self, run, metrics): self.values += [float(v) for v in metrics["loss"]]
 
 config = config_lib.test().replace(epochs=2, batch_size=16)
-data = synthetic_dataset(64)
+data = synthetic_dataset(80)
 out = {"devices": len(jax.devices())}
 for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
     losses = Losses()

@@ -12,9 +12,10 @@ from trees import tree_equal
 
 from cvae.checkpoint import load_checkpoint
 
-TRAIN_FLAGS = ["--train-limit", 256, "--batch-size", 16, "--epochs", 6, "--hidden-sizes", "32",
-               "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 4,
-               "--eval-batch-size", 64, "--no-progress"]  # 16 steps/epoch, 96 steps in all
+# 16 steps/epoch, 96 steps in all.
+TRAIN_FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--epochs", 6,
+               "--hidden-sizes", "32", "--latent-dim", 4, "--warmup-steps", 0,
+               "--steps-per-call", 4, "--eval-batch-size", 64, "--no-progress"]
 
 
 def train_command(data_dir, checkpoint_dir):

@@ -6,12 +6,12 @@ from trees import tree_equal
 
 from cvae import config as config_lib
 from cvae.callbacks import Callback, Checkpointer, NanGuard
-from cvae.loop import train_and_evaluate
+from cvae.checkpoint import load_checkpoint
+from cvae.loop import ResumeError, train_and_evaluate
 from cvae.model import create_model
 from cvae.optim import create_optimizer
 from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_chunk, create_train_step, epoch_permutation, run_key, to_batch
-
 
 def setup(config):
     model = create_model(config)
@@ -55,7 +55,7 @@ def test_fused_chunk_equals_single_steps():
     config = config_lib.test()
     key, state_a, train_step = setup(config)
     _, state_b, _ = setup(config)
-    data = synthetic_dataset(64)
+    data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
     order = epoch_permutation(key, 0, 64)
     chunk = create_train_chunk(train_step, config.batch_size)
@@ -70,7 +70,7 @@ def test_fused_chunk_equals_single_steps():
 def test_chunk_does_not_recompile_for_new_data_order_or_offset():
     config = config_lib.test()
     key, state, train_step = setup(config)
-    data = synthetic_dataset(64)
+    data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
     chunk = create_train_chunk(train_step, config.batch_size)
     state, _ = chunk(state, images, labels, epoch_permutation(key, 0, 64), 0, key, num_steps=2)
@@ -90,7 +90,7 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     config = config_lib.test().replace(epochs=3, steps_per_call=3)
-    data = synthetic_dataset(64)  # 4 steps per epoch: chunks of 3 then 1
+    data = synthetic_dataset(80)  # 4 steps per epoch: chunks of 3 then 1
     straight = train_and_evaluate(config, data, tmp_path / "straight", [Checkpointer()])
     for stop in (2, 5, 9):  # stop mid-chunk boundaries are impossible: max_steps cuts chunks
         run = train_and_evaluate(config.replace(max_steps=stop), data, tmp_path / "resumed",
@@ -109,7 +109,7 @@ def test_nan_guard_stops_and_names_the_step_and_term(tmp_path):
             metrics["kl"] = np.where(np.arange(len(metrics["kl"])) == 3, np.nan, metrics["kl"])
 
     config = config_lib.test().replace(epochs=2)
-    run = train_and_evaluate(config, synthetic_dataset(64), tmp_path, [InjectNaN(), NanGuard(),
+    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, [InjectNaN(), NanGuard(),
                                                                        Checkpointer()])
     assert run.exit_code == 3
     assert "non-finite kl" in run.stop_reason and "step 4" in run.stop_reason
@@ -128,6 +128,37 @@ def test_callbacks_receive_events_in_order(tmp_path):
         def on_fit_end(self, run): events.append("fit_end")
 
     config = config_lib.test().replace(epochs=2, steps_per_call=4)
-    train_and_evaluate(config, synthetic_dataset(64), tmp_path, [Recorder()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Recorder()])
     epoch = ["epoch_start", "step_end", "eval_end", "epoch_end"]
     assert events == ["fit_start", *epoch, *epoch, "fit_end"]
+
+
+def test_extending_a_finished_run_keeps_its_schedule_so_the_rate_does_not_jump(tmp_path, caplog):
+    """Raising --epochs on a finished run: the rate stays at the schedule's end, no restart."""
+    rates = []
+
+    class Rates(Callback):
+        def on_step_end(self, run, metrics):
+            rates.extend(float(r) for r in metrics["learning_rate"])
+
+    config = config_lib.test().replace(epochs=2, lr_schedule="cosine", learning_rate=1e-2,
+                                       end_learning_rate=1e-4)
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Rates(), Checkpointer()])
+    finished = list(rates)
+    assert finished[0] == pytest.approx(1e-2) and finished[-1] < 1e-3  # it had decayed
+    rates.clear()
+    run = train_and_evaluate(config.replace(epochs=4), synthetic_dataset(80), tmp_path,
+                             [Rates(), Checkpointer()])
+    assert run.step == 16 and len(rates) == 8
+    assert max(rates) <= finished[-1]  # no jump back up
+    assert rates == pytest.approx([1e-4] * 8)  # the schedule's final rate
+    assert "keeps its span of 2 epochs" in caplog.text
+    assert load_checkpoint(tmp_path).config.schedule_epochs == 2  # and so on, if extended again
+
+
+def test_an_explicit_different_schedule_span_on_resume_is_refused(tmp_path):
+    config = config_lib.test().replace(epochs=2, lr_schedule="cosine")
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    with pytest.raises(ResumeError, match="schedule spans 2 epochs"):
+        train_and_evaluate(config.replace(epochs=4, schedule_epochs=4), synthetic_dataset(80),
+                           tmp_path, [Checkpointer()])

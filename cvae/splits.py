@@ -1,0 +1,66 @@
+"""The training set split into what the model learns from and what selects among checkpoints.
+
+Model selection (the best checkpoint, early stopping, the NaN guard's evaluation) must never see
+the test set, or the test figures are no longer held out. MNIST's source carries its own
+validation set: the IDX training file holds the source's 50,000 training images followed by its
+10,000 validation images, so the validation set is the last `validation_size` images (10,000 by
+default: exactly the source's). Other datasets have no such split: their validation images are
+a fixed random choice keyed by the run's seed. The choice uses a counter-based hash
+(splitmix64) in NumPy, so it depends on nothing but (seed, index, size): not on the JAX or
+NumPy version, nor on how batches are fed. No JAX here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from cvae.config import Config, ConfigError
+
+# Datasets whose training file ends with the source's own validation set.
+SOURCE_VALIDATION_LAST = ("mnist",)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainValidation:
+    """train_images: uint8[N, 28, 28], train_labels: int32[N]; the same for validation [M]."""
+
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    validation_images: np.ndarray
+    validation_labels: np.ndarray
+
+
+def splitmix64(values: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, elementwise on uint64: a fixed, well-mixed integer hash."""
+    z = np.asarray(values, np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def validation_indices(num_examples: int, validation_size: int, dataset: str,
+                       seed: int) -> np.ndarray:
+    """Sorted indices of the validation examples among `num_examples` training examples."""
+    if not 1 <= validation_size < num_examples:
+        raise ConfigError(f"validation_size={validation_size}: must be in [1, {num_examples - 1}] "
+                          f"for a training file of {num_examples} examples")
+    if dataset in SOURCE_VALIDATION_LAST:
+        return np.arange(num_examples - validation_size, num_examples)
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
+        keys = splitmix64(splitmix64(np.uint64(seed)) ^ np.arange(num_examples, dtype=np.uint64))
+    return np.sort(np.argsort(keys, kind="stable")[:validation_size])
+
+
+def split_training_set(images: np.ndarray, labels: np.ndarray,
+                       config: Config) -> TrainValidation:
+    """Split the training file's examples; `config.train_limit` then cuts the training part."""
+    held_out = validation_indices(len(images), config.validation_size, config.dataset,
+                                  config.seed)
+    keep = np.ones(len(images), bool)
+    keep[held_out] = False
+    train = np.flatnonzero(keep)
+    if config.train_limit:
+        train = train[:config.train_limit]
+    return TrainValidation(images[train], labels[train], images[held_out], labels[held_out])
