@@ -118,11 +118,10 @@ class CVAE(nn.Module):
         cfg = self.config
         # Declared only where it exists (init, or variables that carry it): the train step
         # applies the model without it.
-        if cfg.prior == "mixture" and (self.is_initializing()
-                                       or self.has_variable(prior_lib.COLLECTION, prior_lib.VARIABLE)):
-            self.mixture = self.variable(
-                prior_lib.COLLECTION, prior_lib.VARIABLE, prior_lib.standard_mixture, NUM_CLASSES,
-                cfg.prior_components, cfg.latent_dim)
+        where = (prior_lib.COLLECTION, prior_lib.VARIABLE)
+        if cfg.prior == "mixture" and (self.is_initializing() or self.has_variable(*where)):
+            self.mixture = self.variable(*where, prior_lib.standard_mixture, NUM_CLASSES,
+                                         cfg.prior_components, cfg.latent_dim)
 
     def encode(self, images: jax.Array, labels: jax.Array, train: bool = False):
         return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train)
