@@ -106,12 +106,35 @@ def abstract_state(config: Config, total_steps: int = 1):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), shapes)
 
 
+# Train-state fields added after checkpoints were first written, with the value that means
+# "absent" for the runs that wrote them: they restore without the field and get this value.
+NEWER_STATE_FIELDS = {"prior": {}}  # the mixture prior: runs before it had the standard prior
+
+
 def restore_state(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, dict]:
-    """Restore the state into `template`'s structure (abstract or concrete) and its metrics."""
+    """Restore the state into `template`'s structure (abstract or concrete) and its metrics.
+
+    A checkpoint written before a field of NEWER_STATE_FIELDS existed lacks it on disk: when the
+    template has that field at its "absent" value, the state is restored without it.
+    """
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), metrics=ocp.args.JsonRestore()))
-    return restored.state, dict(restored.metrics or {})
+
+    def restore(state_target):
+        return manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(state_target), metrics=ocp.args.JsonRestore()))
+
+    try:
+        restored = restore(target)
+        return restored.state, dict(restored.metrics or {})
+    except ValueError as error:
+        absent = {name: value for name, value in NEWER_STATE_FIELDS.items()
+                  if getattr(target, name, None) == value}
+        if "do not match" not in str(error) or not absent:
+            raise
+    older = {f.name: getattr(target, f.name) for f in dataclasses.fields(target)
+             if f.metadata.get("pytree_node", True) and f.name not in absent}
+    restored = restore(older)
+    return target.replace(**restored.state, **absent), dict(restored.metrics or {})
 
 
 # What a damaged, half-deleted or vanished step raises when read.

@@ -1,5 +1,6 @@
 
 import jax
+import orbax.checkpoint as ocp
 import pytest
 from trees import tree_equal
 
@@ -10,6 +11,7 @@ from cvae.errors import CheckpointError, ResumeError
 from cvae.loop import train_and_evaluate
 from cvae.model import create_model
 from cvae.optim import create_optimizer
+from cvae.sampling import load_sampler
 from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_state, run_key
 
@@ -32,6 +34,28 @@ def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
     for name in ("params", "opt_state", "ema_params", "step", "key"):
         assert tree_equal(jax.device_get(getattr(state, name)),
                           jax.device_get(getattr(checkpoint.state, name))), name
+
+
+def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads(tmp_path):
+    """The layout of older checkpoints: no `prior` in the state, no newer keys in the config."""
+    config = config_lib.test()
+    state = make_state(config)
+    old_state = {name: getattr(state, name) for name in
+                 ("step", "params", "opt_state", "batch_stats", "ema_params", "key")}
+    newer = ("validation_size", "prior", "prior_components", "eval_every", "schedule_epochs")
+    old_config = {k: v for k, v in config.to_dict().items() if k not in newer}
+    manager = create_manager(tmp_path)
+    manager.save(3, args=ocp.args.Composite(state=ocp.args.StandardSave(old_state),
+                                            config=ocp.args.JsonSave(old_config),
+                                            metrics=ocp.args.JsonSave({"loss": 1.0})))
+    manager.wait_until_finished()
+    manager.close()
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.step == 3 and checkpoint.metrics == {"loss": 1.0}
+    assert checkpoint.config.validation_size == 0  # it trained on the whole training file
+    assert checkpoint.config.prior == "standard" and checkpoint.state.prior == {}
+    assert tree_equal(jax.device_get(state.params), jax.device_get(checkpoint.state.params))
+    assert load_sampler(tmp_path).sample_images(1, 2, seed=0).shape == (2, 28, 28)
 
 
 def test_keeps_latest_three_and_the_best_by_validation_loss(tmp_path):

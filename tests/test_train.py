@@ -7,7 +7,8 @@ from trees import tree_equal
 from cvae import config as config_lib
 from cvae.callbacks import Callback, Checkpointer, NanGuard
 from cvae.checkpoint import load_checkpoint
-from cvae.loop import ResumeError, train_and_evaluate
+from cvae.errors import ResumeError
+from cvae.loop import train_and_evaluate
 from cvae.model import create_model
 from cvae.optim import create_optimizer
 from cvae.synthetic import synthetic_dataset

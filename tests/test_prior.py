@@ -1,0 +1,117 @@
+"""The per-class mixture prior: EM recovers a known mixture, sampling follows the weights at any
+temperature, the density is exact, and the standard prior leaves old models unchanged."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from cvae import config as config_lib
+from cvae import prior
+from cvae.callbacks import Checkpointer
+from cvae.checkpoint import load_checkpoint
+from cvae.loop import train_and_evaluate
+from cvae.model import CVAE, create_model, init_variables
+from cvae.sampling import load_sampler
+from cvae.synthetic import synthetic_dataset
+
+MEANS = np.array([[-4.0, 0.0], [4.0, 1.0]])
+COVS = np.array([[[1.0, 0.5], [0.5, 1.0]], [[0.5, 0.0], [0.0, 2.0]]])
+WEIGHTS = np.array([0.3, 0.7])
+
+
+def known_mixture(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    component = rng.choice(2, size=n, p=WEIGHTS)
+    return np.stack([rng.multivariate_normal(MEANS[c], COVS[c]) for c in component])
+
+
+def as_prior(weights, means, covs, num_classes: int = 1) -> dict:
+    """A mixture dict for `num_classes` identical classes."""
+    tile = lambda a: jnp.asarray(np.broadcast_to(a, (num_classes, *np.shape(a))), jnp.float32)  # noqa: E731
+    return {"weights": tile(weights), "means": tile(means),
+            "scale_tril": tile(np.linalg.cholesky(covs))}
+
+
+def test_em_recovers_a_known_mixture_per_class():
+    codes = np.concatenate([known_mixture(3000, seed=0), known_mixture(3000, seed=1) + 20.0])
+    labels = np.repeat([0, 1], 3000)
+    table, mask = prior.class_index_table(labels, 2)
+    fitted = prior.fit(jnp.asarray(codes, jnp.float32), table, mask, jax.random.key(0),
+                       components=2)
+    for c, shift in ((0, 0.0), (1, 20.0)):
+        order = np.argsort(np.asarray(fitted["means"][c, :, 0]))  # components come in any order
+        np.testing.assert_allclose(np.asarray(fitted["weights"][c])[order], WEIGHTS, atol=0.03)
+        np.testing.assert_allclose(np.asarray(fitted["means"][c])[order], MEANS + shift,
+                                   atol=0.15)
+        tril = np.asarray(fitted["scale_tril"][c])[order]
+        np.testing.assert_allclose(tril @ np.swapaxes(tril, 1, 2), COVS, atol=0.2)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_sampling_picks_components_by_weight_at_any_temperature(temperature):
+    mixture = as_prior(WEIGHTS, np.array([[-100.0, 0.0], [100.0, 0.0]]), COVS)
+    noise = temperature * jax.random.normal(jax.random.key(1), (20000, 2))
+    z = np.asarray(prior.sample(mixture, noise, jnp.zeros(20000, jnp.int32)))
+    assert np.mean(z[:, 0] > 0) == pytest.approx(WEIGHTS[1], abs=0.015)
+
+
+def test_samples_have_each_components_mean_and_covariance():
+    mixture = as_prior(WEIGHTS, MEANS * 10, COVS)
+    noise = jax.random.normal(jax.random.key(2), (40000, 2))
+    z = np.asarray(prior.sample(mixture, noise, jnp.zeros(40000, jnp.int32)))
+    for c in range(2):
+        mine = z[(z[:, 0] > 0) == bool(c)]
+        np.testing.assert_allclose(mine.mean(axis=0), MEANS[c] * 10, atol=0.05)
+        np.testing.assert_allclose(np.cov(mine, rowvar=False), COVS[c], atol=0.06)
+
+
+def test_log_density_is_the_mixture_density():
+    mixture = as_prior(WEIGHTS, MEANS, COVS, num_classes=3)
+    z = known_mixture(5, seed=3)
+    expected = np.log(sum(w * multivariate_normal(m, s).pdf(z)
+                          for w, m, s in zip(WEIGHTS, MEANS, COVS)))
+    got = prior.log_density(mixture, jnp.asarray(z, jnp.float32), jnp.full(5, 2, jnp.int32))
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
+
+
+def test_the_unfitted_mixture_is_the_standard_prior():
+    config = config_lib.test().replace(prior="mixture", prior_components=3)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(0))
+    standard = create_model(config.replace(prior="standard"))
+    plain = {"params": variables["params"]}
+    noise = jax.random.normal(jax.random.key(1), (6, config.latent_dim))
+    labels = jnp.arange(6)
+    np.testing.assert_allclose(
+        model.apply(variables, noise, labels, method=CVAE.log_prior),
+        standard.apply(plain, noise, labels, method=CVAE.log_prior), rtol=1e-5)
+    np.testing.assert_allclose(model.apply(variables, noise, labels, method=CVAE.generate),
+                               standard.apply(plain, noise, labels, method=CVAE.generate),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_standard_prior_generates_exactly_what_decode_does():
+    """Models without a mixture (all checkpoints before it) sample the same pixels as before."""
+    config = config_lib.test()
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(0))
+    assert set(variables) == {"params"}
+    noise = jax.random.normal(jax.random.key(1), (4, config.latent_dim))
+    labels = jnp.arange(4)
+    np.testing.assert_array_equal(model.apply(variables, noise, labels, method=CVAE.generate),
+                                  model.apply(variables, noise, labels, method=CVAE.decode))
+
+
+def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path):
+    config = config_lib.test().replace(epochs=2, prior="mixture", prior_components=2)
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    mixture = load_checkpoint(tmp_path).state.prior[prior.VARIABLE]
+    assert mixture["means"].shape == (10, 2, config.latent_dim)
+    assert np.any(np.asarray(mixture["means"]) != 0)  # fitted, not the initial N(0, I)
+    np.testing.assert_allclose(np.asarray(mixture["weights"]).sum(axis=1), 1.0, rtol=1e-5)
+    images = load_sampler(tmp_path).sample_images(None, 3, seed=0)
+    assert images.shape == (30, 28, 28) and np.all(np.isfinite(images))
