@@ -60,7 +60,7 @@ def create_prior_fit(model, config: Config, train_labels):
         return None
     fit_fn = prior_lib.create_fit_fn(
         lambda variables, x, y: model.apply(variables, x, y, method=CVAE.encode),
-        config.prior_components)
+        config.prior_components, config.prior_codes)
     table = prior_lib.class_index_table(train_labels, NUM_CLASSES)
 
     def fit(state, images, labels, key):
