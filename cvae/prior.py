@@ -92,8 +92,8 @@ def create_fit_fn(encode_fn, components: int, codes: str = "samples", batch_size
             noise = jax.random.normal(jax.random.fold_in(noise_key, start), mean.shape)
             return mean + jnp.exp(0.5 * logvar) * noise
 
-        codes = jax.lax.map(codes_of, jnp.arange(0, n + padding, size))
-        return fit(codes.reshape(-1, codes.shape[-1]), table, mask, fit_key, components)
+        found = jax.lax.map(codes_of, jnp.arange(0, n + padding, size))
+        return fit(found.reshape(-1, found.shape[-1]), table, mask, fit_key, components)
 
     return fit_fn
 

@@ -44,7 +44,7 @@ def test_seed_preset_is_the_seed_document_setup():
 
 
 def test_unknown_preset_lists_the_allowed_ones():
-    with pytest.raises(ConfigError, match="allowed default, seed, test"):
+    with pytest.raises(ConfigError, match="allowed default, seed, likelihood, test"):
         get_preset("huge")
 
 
