@@ -242,8 +242,9 @@ def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epoch
                     target: float = 0.95, samples_per_digit: int = 100) -> dict:
     from cvae.callbacks import Checkpointer
     from cvae.loop import planned_steps, train_and_evaluate
+    from cvae.splits import training_size
 
-    steps_per_epoch, _ = planned_steps(config, len(data.train_images))
+    steps_per_epoch, _ = planned_steps(config, training_size(len(data.train_images), config))
     # The schedule still spans config.epochs: the run is the default run, cut at max_epochs.
     config = config.replace(max_steps=max_epochs * steps_per_epoch)
     clock = _QualityClock(classifier, target, samples_per_digit)

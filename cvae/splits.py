@@ -53,6 +53,12 @@ def validation_indices(num_examples: int, validation_size: int, dataset: str,
     return np.sort(np.argsort(keys, kind="stable")[:validation_size])
 
 
+def training_size(num_examples: int, config: Config) -> int:
+    """How many of a training file's `num_examples` the model trains on."""
+    trained = num_examples - config.validation_size
+    return min(trained, config.train_limit) if config.train_limit else trained
+
+
 def split_training_set(images: np.ndarray, labels: np.ndarray,
                        config: Config) -> TrainValidation:
     """Split the training file's examples; `config.train_limit` then cuts the training part."""

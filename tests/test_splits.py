@@ -12,7 +12,7 @@ from cvae.callbacks import Callback, Checkpointer, NanGuard
 from cvae.checkpoint import load_checkpoint
 from cvae.config import ConfigError
 from cvae.loop import train_and_evaluate
-from cvae.splits import split_training_set, validation_indices
+from cvae.splits import split_training_set, training_size, validation_indices
 from cvae.synthetic import synthetic_dataset
 
 
@@ -54,6 +54,8 @@ def test_train_limit_cuts_the_training_part_only():
     config = config_lib.test().replace(validation_size=20, train_limit=30)
     split = split_training_set(data.train_images, data.train_labels, config)
     assert len(split.train_images) == 30 and len(split.validation_images) == 20
+    assert training_size(100, config) == 30
+    assert training_size(100, config.replace(train_limit=0)) == 80
     np.testing.assert_array_equal(split.train_images, data.train_images[:30])
 
 
