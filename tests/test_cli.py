@@ -126,13 +126,14 @@ def test_empty_checkpoint_dir_is_one_line_saying_what_to_run(tmp_path):
 EVERY_FIELD = dict(
     dataset="fashion_mnist", data_source="torchvision", train_limit=100, binarization="none",
     architecture="conv", hidden_sizes=(8, 4), latent_dim=3, activation="tanh",
-    label_conditioning="every", likelihood="gaussian", logvar_bound=5.0, dropout_rate=0.25,
+    label_conditioning="first", likelihood="gaussian", logvar_bound=5.0, dropout_rate=0.25,
     batch_norm=True, kl_weight=0.25, kl_schedule="linear", kl_warmup_steps=7, free_bits=0.5,
     optimizer="sgd", learning_rate=0.01, end_learning_rate=0.001, lr_schedule="linear",
     warmup_steps=3, weight_decay=0.001, momentum=0.5, grad_clip_norm=2.0, accumulation_steps=2,
     ema_decay=0.99, freeze="decoder", batch_size=32, epochs=2, max_steps=9, seed=11,
     steps_per_call=5, eval_batch_size=50, early_stopping_patience=4,
-    early_stopping_min_delta=0.1, keep_checkpoints=2)
+    early_stopping_min_delta=0.1, keep_checkpoints=2, validation_size=500, prior="standard",
+    prior_components=3, prior_codes="samples", eval_every=2, schedule_epochs=3)
 
 
 def test_every_config_field_is_a_train_flag():
