@@ -222,7 +222,8 @@ def cmd_train(args) -> int:
     config = config_from_args(args)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
-    data = load_dataset(args.data_dir, config.dataset, config.data_source)
+    # Training never opens the test files: selection uses the validation split (cvae/splits.py).
+    data = load_dataset(args.data_dir, config.dataset, config.data_source, test=False)
 
     import jax
 

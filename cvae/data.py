@@ -70,21 +70,23 @@ def _check_split(images: np.ndarray, labels: np.ndarray, images_at: str, labels_
         raise DataError(f"{labels_at}: labels must be 0..9, found {labels.min()}..{labels.max()}")
 
 
-def _load_idx_arrays(data_dir: Path, name: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _load_idx_arrays(data_dir: Path, name: str, test: bool
+                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     searched = [raw_dir_of(data_dir, name), data_dir]
+    wanted = IDX_FILES if test else (TRAIN_IMAGES, TRAIN_LABELS)
     for directory in searched:
-        files = find_idx_files(directory)
+        files = find_idx_files(directory, wanted)
         if files is not None:
             arrays = {key: read_idx(path) for key, path in files.items()}
             return arrays, {key: str(path) for key, path in files.items()}
     raise DataError(
-        f"{name} IDX files ({', '.join(IDX_FILES)}, plain or .gz) not found in "
+        f"{name} IDX files ({', '.join(wanted)}, plain or .gz) not found in "
         f"{searched[0]} or {searched[1]}: {_ERROR_HINT}"
     )
 
 
 def _load_torchvision_arrays(
-    data_dir: Path, name: str
+    data_dir: Path, name: str, test: bool
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     try:
         from torchvision import datasets
@@ -97,7 +99,7 @@ def _load_torchvision_arrays(
     for train, images_key, labels_key in (
         (True, TRAIN_IMAGES, TRAIN_LABELS),
         (False, TEST_IMAGES, TEST_LABELS),
-    ):
+    )[:2 if test else 1]:
         where = f"{raw_dir_of(data_dir, name)} (torchvision {FOLDERS[name]}, train={train})"
         try:
             split = cls(root=str(data_dir), train=train, download=False)
@@ -110,18 +112,25 @@ def _load_torchvision_arrays(
 
 
 def load_dataset(
-    data_dir: str | os.PathLike = "data", name: str = "mnist", source: str = "idx"
+    data_dir: str | os.PathLike = "data", name: str = "mnist", source: str = "idx",
+    test: bool = True,
 ) -> Dataset:
     """Loads dataset `name` from `data_dir`.
 
     name: "mnist", "fashion_mnist" or "kmnist". source "idx" reads the four IDX files (plain or
     .gz) from data_dir/<MNIST|FashionMNIST|KMNIST>/raw/, or from data_dir itself; source
     "torchvision" reads the same folders through torchvision.datasets (needs the torch extra).
+    test=False (training) does not open the test files at all: the Dataset's test arrays are
+    empty, and the files need not exist.
     """
     check_choice("dataset", name)
     check_choice("data_source", source)
     load = _load_idx_arrays if source == "idx" else _load_torchvision_arrays
-    arrays, names = load(Path(data_dir), name)
+    arrays, names = load(Path(data_dir), name, test)
+    if not test:
+        arrays[TEST_IMAGES] = np.zeros((0, *IMAGE_SHAPE), np.uint8)
+        arrays[TEST_LABELS] = np.zeros(0, np.int32)
+        names[TEST_IMAGES] = names[TEST_LABELS] = "(test set not loaded)"
     for images_key, labels_key in ((TRAIN_IMAGES, TRAIN_LABELS), (TEST_IMAGES, TEST_LABELS)):
         _check_split(arrays[images_key], arrays[labels_key], names[images_key], names[labels_key])
     return Dataset(

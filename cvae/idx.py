@@ -130,10 +130,11 @@ def plain_idx_shape(path: Path) -> tuple[int, ...]:
     return shape
 
 
-def find_idx_files(directory: Path) -> dict[str, Path] | None:
-    """The four IDX files in `directory` (plain preferred over .gz), or None if any is missing."""
+def find_idx_files(directory: Path, names: tuple[str, ...] = IDX_FILES) -> dict[str, Path] | None:
+    """The IDX files `names` (default all four) in `directory` (plain preferred over .gz), or
+    None if any is missing."""
     found = {}
-    for name in IDX_FILES:
+    for name in names:
         candidates = [directory / name, directory / f"{name}.gz"]
         existing = [path for path in candidates if path.is_file()]
         if not existing:

@@ -10,10 +10,13 @@ import pytest
 from cvae import config as config_lib
 from cvae.callbacks import Callback, Checkpointer, NanGuard
 from cvae.checkpoint import load_checkpoint
+from cvae.cli import main
 from cvae.config import ConfigError
+from cvae.data import raw_dir_of
+from cvae.idx import TEST_IMAGES, TEST_LABELS
 from cvae.loop import train_and_evaluate
 from cvae.splits import split_training_set, training_size, validation_indices
-from cvae.synthetic import synthetic_dataset
+from cvae.synthetic import synthetic_dataset, write_synthetic_idx
 
 
 def test_mnist_validation_is_the_source_validation_set_at_the_end():
@@ -114,3 +117,15 @@ def test_nan_guard_watches_the_validation_figures(tmp_path):
     assert run.exit_code == 3 and "non-finite validation loss" in run.stop_reason
     # Epoch 1's checkpoint (step 4) is kept; nothing of epoch 2 was saved.
     assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4]
+
+
+def test_cvae_train_runs_with_no_test_files_at_all(tmp_path, capsys):
+    """The command itself never opens the test files: they may be missing."""
+    data = write_synthetic_idx(tmp_path / "data", num_train=96, num_test=8)
+    for name in (TEST_IMAGES, TEST_LABELS):
+        (raw_dir_of(tmp_path / "data", "mnist") / name).unlink()
+    code = main(["train", "--preset", "test", "--data-dir", str(tmp_path / "data"),
+                 "--checkpoint-dir", str(tmp_path / "ck"), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert load_checkpoint(tmp_path / "ck").step == (len(data.train_images) - 16) // 16
+    assert "validation loss" in capsys.readouterr().out
