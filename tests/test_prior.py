@@ -10,13 +10,13 @@ import pytest
 from scipy.stats import multivariate_normal
 
 from cvae import config as config_lib
-from cvae import prior
+from cvae import iwae, prior
 from cvae.callbacks import Checkpointer
 from cvae.checkpoint import load_checkpoint
 from cvae.loop import train_and_evaluate
 from cvae.model import CVAE, create_model, init_variables
 from cvae.sampling import load_sampler
-from cvae.synthetic import synthetic_dataset
+from cvae.synthetic import synthetic_dataset, synthetic_images
 
 MEANS = np.array([[-4.0, 0.0], [4.0, 1.0]])
 COVS = np.array([[[1.0, 0.5], [0.5, 1.0]], [[0.5, 0.0], [0.0, 2.0]]])
@@ -117,3 +117,22 @@ def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path, codes
     np.testing.assert_allclose(np.asarray(mixture["weights"]).sum(axis=1), 1.0, rtol=1e-5)
     images = load_sampler(tmp_path).sample_images(None, 3, seed=0)
     assert images.shape == (30, 28, 28) and np.all(np.isfinite(images))
+
+
+def test_iwae_bound_uses_the_models_prior():
+    """Same weights: the unfitted mixture gives the standard prior's bound; a mixture that
+    puts p(z|y) far from the codes gives a much lower one."""
+    config = config_lib.test().replace(prior="mixture", prior_components=2)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(0))
+    labels = np.arange(8, dtype=np.int32)
+    x = iwae.binarize(jax.random.key(1), jnp.asarray(synthetic_images(labels).reshape(-1, 784)))
+    key, y = jax.random.key(2), jnp.asarray(labels)
+    mixed = iwae.create_iwae_fn(model, "bernoulli", 4)(variables, x, y, key)
+    standard = iwae.create_iwae_fn(create_model(config.replace(prior="standard")),
+                                   "bernoulli", 4)({"params": variables["params"]}, x, y, key)
+    np.testing.assert_allclose(mixed, standard, rtol=1e-5)
+    far = jax.tree.map(lambda a: a, variables)
+    far["prior"][prior.VARIABLE]["means"] = far["prior"][prior.VARIABLE]["means"] + 10.0
+    assert np.all(np.asarray(iwae.create_iwae_fn(model, "bernoulli", 4)(far, x, y, key))
+                  < np.asarray(standard) - 50)
