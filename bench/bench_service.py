@@ -130,7 +130,9 @@ def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int)
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors += int(non_2xx.group(1)) if non_2xx else 0
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.MULTILINE))
+    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.MULTILINE))
+    if set(latency) != {"50", "99"}:  # wrk prints no distribution when nothing completed
+        raise RuntimeError(f"wrk measured no latencies for {path}:\n{out}")
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
             "p50_ms": _ms(latency["50"]), "p99_ms": _ms(latency["99"]), "errors": errors,
             "requests": requests, "cpu_ms": cpu * 1000 / max(requests, 1)}
@@ -183,22 +185,38 @@ def profile(checkpoint_dir: str, seconds: float, concurrency: int = 64, top: int
     stacks = [line.rsplit(" ", 1) for line in raw.read_text().splitlines() if line.strip()]
     raw.unlink()
     total = sum(int(n) for _, n in stacks)
-    inclusive: dict[str, int] = {}
+    by_package: dict[str, int] = {}
+    by_function: dict[str, int] = {}
     for stack, n in stacks:
-        for frame in dict.fromkeys(_frame(f) for f in stack.split(";")):
-            inclusive[frame] = inclusive.get(frame, 0) + int(n)
-    rows = sorted(((n, f) for f, n in inclusive.items() if n < total), reverse=True)[:top]
-    lines = [f"py-spy `--gil`, {total} samples of the worker's Python time at c={concurrency}, "
-             "share of samples with the function on the stack:", "",
-             "| share | function |", "|---:|---|"]
-    lines += [f"| {n / total:.0%} | `{f}` |" for n, f in rows]
+        leaf = stack.split(";")[-1]
+        by_package[_package(leaf)] = by_package.get(_package(leaf), 0) + int(n)
+        by_function[_frame(leaf)] = by_function.get(_frame(leaf), 0) + int(n)
+    lines = [f"py-spy `--gil` on the worker of a 1-worker server at c={concurrency}, {total} "
+             "samples of the thread holding the GIL (Python work, and the system calls made "
+             "while holding it), by where the sampled line is:", "",
+             "| share | package |", "|---:|---|"]
+    lines += [f"| {n / total:.0%} | {name} |" for name, n in
+              sorted(by_package.items(), key=lambda item: -item[1])]
+    lines += ["", "| share | function (self) |", "|---:|---|"]
+    lines += [f"| {n / total:.1%} | `{name}` |" for name, n in
+              sorted(by_function.items(), key=lambda item: -item[1])[:top]]
     return "\n".join(lines)
 
 
 def _frame(frame: str) -> str:
-    """'name (path/to/module.py:123)' -> 'name (module.py)'."""
+    """'name (path/to/module.py:123)' -> 'name (module.py:123)'."""
     name, _, where = frame.partition(" (")
-    return f"{name} ({Path(where.split(':')[0]).name})" if where else name
+    return f"{name} ({Path(where.rstrip(')')).name})" if where else name
+
+
+PACKAGES = ("uvicorn", "starlette", "fastapi", "pydantic", "prometheus_client", "numpy", "jax",
+            "asyncio", "concurrent", "service", "cvae", "gunicorn", "uvloop", "httptools")
+
+
+def _package(frame: str) -> str:
+    where = frame.partition(" (")[2]
+    parts = Path(where.split(":")[0]).parts
+    return next((part for part in parts if part in PACKAGES), "other (stdlib, C)")
 
 
 # ---- report --------------------------------------------------------------------------------
