@@ -163,6 +163,31 @@ def measure(checkpoint_dir: str, workers_list: list[int], concurrencies: list[in
     return rows
 
 
+# ---- the decode alone ------------------------------------------------------------------------
+
+
+def decode_cost(checkpoint_dir: str, calls: int = 300) -> str:
+    """CPU per lone 16-digit request's latents + decode (what concurrency 1 pays), back to back
+    and with 5 ms pauses between calls, in this process: the pauses show XLA's CPU thread pool
+    spinning while it waits for work."""
+    from cvae.sampling import LatentRequest, batch_latents, load_sampler
+
+    sampler = load_sampler(checkpoint_dir)
+    sampler.warm_up()
+    request = [LatentRequest(3, (7,), 16, 1.0)]
+    costs = {}
+    for pause in (0.0, 0.005):
+        sampler.decode(*batch_latents(request, sampler.latent_dim)[0])
+        started = time.process_time()
+        for _ in range(calls):
+            sampler.decode(*batch_latents(request, sampler.latent_dim)[0])
+            time.sleep(pause)
+        costs[pause] = (time.process_time() - started) / calls * 1000
+    return (f"A lone 16-digit request's latents + decode (one 64-row block) in-process: "
+            f"{costs[0.0]:.2f} ms of CPU per call back to back, {costs[0.005]:.2f} ms with 5 ms "
+            f"pauses between calls ({calls} calls each).")
+
+
 # ---- profile -------------------------------------------------------------------------------
 
 
@@ -294,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print("\n" + targets(rows))
     if args.profile and not args.quick:
+        print("\n" + decode_cost(args.checkpoint_dir))
         print("\n" + profile(args.checkpoint_dir, args.profile))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
