@@ -141,7 +141,8 @@ class SampleParams(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED,
                              description="omit for a random one (see X-Seed)")
     temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
-                               description="z ~ N(0, t^2 I)")
+                               description="the sampling noise is N(0, t^2 I); the "
+                                           "model's prior maps it to its latent")
     scale: int = Field(DEFAULT_SCALE, ge=1, le=MAX_SCALE,
                        description="integer upscale of each tile")
     pad: int = Field(DEFAULT_PAD, ge=0, le=MAX_PAD, description="px around every tile")
