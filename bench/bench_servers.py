@@ -13,17 +13,11 @@ installed (`pip install granian`; not a dependency). The README's choice cites t
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
-import urllib.request
 
-from bench.bench_service import free_port, wrk
+from bench.bench_service import free_port, running, wrk
 
 ROUTES = {"fixed": "/bench/fixed", "sample": "/sample?digit=7&n=16"}
 FACTORY = "bench.baselines:create_bench_app_from_env"
@@ -52,31 +46,6 @@ def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-@contextlib.contextmanager
-def running(command: list[str], port: int, workers: int, checkpoint_dir: str):
-    env = {**os.environ, "CVAE_CHECKPOINT_DIR": checkpoint_dir}
-    process = subprocess.Popen(command, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline, seen = time.monotonic() + 300, set()
-        while len(seen) < workers:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{command[:4]} did not start")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
-                    seen.add(json.load(r)["pid"])
-            except OSError:
-                time.sleep(0.2)
-        yield process.pid
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint-dir", default="checkpoints")
@@ -90,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in commands(0, workers, args.checkpoint_dir):
             port = free_port()
             command = commands(port, workers, args.checkpoint_dir)[name]
-            with running(command, port, workers, args.checkpoint_dir) as pid:
+            env = {**os.environ, "CVAE_CHECKPOINT_DIR": args.checkpoint_dir}
+            with running(command, port, workers, env) as pid:
                 for route, path in ROUTES.items():
                     wrk(port, path, args.concurrency, 1.0, pid)  # warm-up
                     r = wrk(port, path, args.concurrency, args.seconds, pid)

@@ -72,32 +72,42 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def bench_server(checkpoint_dir: str, workers: int, timeout: float = 300.0):
-    """The bench app under `cvae serve`'s server; yields (port, pid) once every worker is
-    ready."""
-    port = free_port()
-    command = [sys.executable, "-m", "bench.bench_service", "--serve", "--checkpoint-dir",
-               checkpoint_dir, "--port", str(port), "--workers", str(workers)]
-    process = subprocess.Popen(command, start_new_session=True)
+def running(command: list[str], port: int, workers: int, env: dict | None = None,
+            timeout: float = 300.0):
+    """Runs a server `command` (its own process group) that listens on 127.0.0.1:`port`;
+    yields its pid once /readyz has answered from `workers` different worker processes."""
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout
         seen: set[int] = set()
         while len(seen) < workers:
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"bench server with {workers} workers did not start")
+                raise RuntimeError(f"{command[:4]} with {workers} workers did not start")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
                     seen.add(json.load(r)["pid"])
             except OSError:
                 time.sleep(0.2)
-        yield port, process.pid
+        yield process.pid
     finally:
-        process.send_signal(signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@contextlib.contextmanager
+def bench_server(checkpoint_dir: str, workers: int):
+    """The bench app under `cvae serve`'s server; yields (port, pid) once every worker is
+    ready."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.bench_service", "--serve", "--checkpoint-dir",
+               checkpoint_dir, "--port", str(port), "--workers", str(workers)]
+    with running(command, port, workers) as pid:
+        yield port, pid
 
 
 def serve(checkpoint_dir: str, port: int, workers: int) -> None:
