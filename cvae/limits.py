@@ -1,4 +1,4 @@
-"""What a sample request may ask for, defined once for `cvae sample`, the grid code and the service.
+"""What a request may ask for, defined once for `cvae sample`, the grid code and the service.
 
 Plain numbers with no imports, so the CLI reads them without loading NumPy or JAX. The layout
 they bound is `cvae.grid`'s (torchvision's `make_grid` convention, docs/design.md "HTTP service").
@@ -16,3 +16,10 @@ DEFAULT_TEMPERATURE = 1.0
 # values would silently collide with smaller ones. Training, sampling, eval and the service
 # share this range.
 MAX_SEED = 2**32 - 1
+
+# Style transfer (`POST /transfer`) and interpolation (`GET /interpolate`).
+MAX_UPLOAD_BYTES = 8 * 2**20  # request body: a phone photo fits; more is refused while reading
+MAX_INPUT_PIXELS = 4096 * 4096  # width x height from the header, checked before decoding
+MAX_POSTERIOR_SAMPLES = 64  # transfer: 0 = posterior mean, else k posterior draws (rows)
+DEFAULT_STEPS = 10  # interpolation: tiles along the latent path, endpoints included
+MAX_STEPS = 64

@@ -4,7 +4,8 @@ A request is (digit or all digits, n, seed, temperature). Its latents depend onl
 values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding runs on
 padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), so a row's
 pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
-whether it was decoded alone or batched with others.
+whether it was decoded alone or batched with others. The sampler also encodes (the posterior
+q(z|x,y) of given images, for style transfer) through the same blocks, with the same guarantee.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 from cvae.config import NUM_CLASSES, Config
 from cvae.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
-from cvae.model import CVAE, create_model, pixel_means
+from cvae.losses import kl_divergence, reconstruction
+from cvae.model import CVAE, IMAGE_PIXELS, create_model, pixel_means
 
 DIGITS = tuple(range(NUM_CLASSES))
 
@@ -38,6 +40,25 @@ def create_decode_fn(model: CVAE, config: Config) -> Callable:
         return pixel_means(logits).reshape(-1, 28, 28)
 
     return decode
+
+
+def create_encode_fn(model: CVAE, config: Config) -> Callable:
+    """Jitted `encode(variables, images f32[B, 784] in [0, 1], labels i32[B])` ->
+    (mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]).
+
+    neg_elbo is -ELBO(x, y) at z = the posterior mean (reconstruction + KL, in nats):
+    deterministic, and lowest for the label that explains the image best, which is how a
+    transfer picks the label of an unlabelled digit.
+    """
+
+    @jax.jit
+    def encode(variables, images, labels):
+        mean, logvar = model.apply(variables, images, labels, method=CVAE.encode)
+        logits = model.apply(variables, mean, labels, method=CVAE.decode)
+        neg_elbo = reconstruction(logits, images, config.likelihood) + kl_divergence(mean, logvar)
+        return mean, logvar, neg_elbo
+
+    return encode
 
 
 def draw_latents(seed: int, digit: int, n: int, latent_dim: int, temperature: float) -> np.ndarray:
@@ -62,6 +83,11 @@ class LatentRequest(NamedTuple):
     digits: tuple[int, ...]
     n: int
     temperature: float
+
+    @property
+    def rows(self) -> int:
+        """Images decoded for it."""
+        return len(self.digits) * self.n
 
 
 def _bucket(size: int, minimum: int) -> int:
@@ -140,6 +166,7 @@ class Sampler:
     decode_fn: Callable
     step: int = 0
     block_sizes: tuple[int, ...] = DECODE_BLOCKS
+    encode_fn: Callable | None = None  # `create_encode_fn`'s; None: this sampler only decodes
 
     @property
     def latent_dim(self) -> int:
@@ -158,8 +185,29 @@ class Sampler:
             start += size
         return np.concatenate(outputs) if outputs else np.zeros((0, 28, 28), np.float32)
 
+    def encode(self, images: np.ndarray, labels: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """uint8[B, 28, 28], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
+        the same blocks as `decode`, so a row's values do not depend on its neighbours."""
+        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        labels = np.asarray(labels, np.int32)
+        parts, start = [], 0
+        for size in plan_blocks(len(x), self.block_sizes):
+            rows = x[start:start + size]
+            pad = size - len(rows)
+            out = self.encode_fn(self.variables, np.pad(rows, ((0, pad), (0, 0))),
+                                 np.pad(labels[start:start + size], (0, pad)))
+            parts.append([np.asarray(value)[:len(rows)] for value in out])
+            start += size
+        if not parts:
+            latent = np.zeros((0, self.latent_dim), np.float32)
+            return latent, latent, np.zeros(0, np.float32)
+        mean, logvar, neg_elbo = (np.concatenate(column) for column in zip(*parts))
+        return mean, logvar, neg_elbo
+
     def check_blocks(self) -> tuple[int, ...]:
-        """Keep only the block sizes that decode a row to the same bits as the smallest one.
+        """Keep only the block sizes that decode (and encode) a row to the same bits as the
+        smallest one.
 
         Compiles every size (so it doubles as the warm-up) and returns the sizes dropped. A
         request's pixels must not depend on how many rows it was decoded with.
@@ -168,15 +216,22 @@ class Sampler:
         rng = np.random.default_rng(0)
         z = rng.standard_normal((smallest, self.latent_dim)).astype(np.float32)
         labels = (np.arange(smallest) % len(DIGITS)).astype(np.int32)
+        x = rng.random((smallest, IMAGE_PIXELS), np.float32)
         reference = None
         kept, dropped = [], []
         for size in sorted(self.block_sizes):
-            z_block = np.pad(z, ((0, size - smallest), (0, 0)))
-            images = np.asarray(self.decode_fn(self.variables, z_block,
-                                               np.pad(labels, (0, size - smallest))))[:smallest]
+            pad = size - smallest
+            label_block = np.pad(labels, (0, pad))
+            outputs = [np.asarray(self.decode_fn(self.variables, np.pad(z, ((0, pad), (0, 0))),
+                                                 label_block))[:smallest]]
+            if self.encode_fn is not None:
+                encoded = self.encode_fn(self.variables, np.pad(x, ((0, pad), (0, 0))),
+                                         label_block)
+                outputs += [np.asarray(value)[:smallest] for value in encoded]
             if reference is None:
-                reference = images
-            (kept if np.array_equal(images, reference) else dropped).append(size)
+                reference = outputs
+            same = all(np.array_equal(a, b) for a, b in zip(outputs, reference))
+            (kept if same else dropped).append(size)
         self.block_sizes = tuple(kept)
         return tuple(dropped)
 
@@ -222,4 +277,5 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
                    block_rows: int | None = None) -> Sampler:
     """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`)."""
     blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
-    return Sampler(config, variables, create_decode_fn(model, config), step, blocks)
+    return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
+                   create_encode_fn(model, config))

@@ -1,4 +1,6 @@
-"""The FastAPI sampling service: `GET /sample` draws PNG digit grids from the latest checkpoint.
+"""The FastAPI sampling service: `GET /sample` draws PNG digit grids from the latest checkpoint;
+`POST /transfer` writes an uploaded digit's hand as every digit; `GET /interpolate` walks the
+latent space.
 
 Synopsis:
 
@@ -37,10 +39,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from cvae.grid import grid_shape, make_grid, png_bytes
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE, MAX_N,
                          MAX_PAD, MAX_SCALE, MAX_SEED, MAX_TEMPERATURE)
+from cvae.digit_image import ImageInputError
+from cvae.interpolation import DigitWalk, LatentWalk
 from cvae.sampling import DIGITS, LatentRequest, grid_columns
+from cvae.transfer import TransferRequest, transfer_tiles
+from service import transfer_api
 from service.batching import Batcher, QueueFull, Stopped
 from service.checkpoints import CheckpointWatcher, Loaded
 from service.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
+from service.transfer_api import (TRANSFER_BODY, BodyTooLarge, InterpolateParams,
+                                  TransferParams, interpolate_params, transfer_params)
 
 STATIC_DIR = Path(__file__).parent / "static"
 RANDOM_SEED_LIMIT = MAX_SEED + 1  # drawn seeds cover the same range as given ones
@@ -56,6 +64,7 @@ PARAMETER_RULES = {
     "temperature": f"a number with 0 < temperature <= {MAX_TEMPERATURE:g}",
     "scale": f"an integer in 1..{MAX_SCALE}",
     "pad": f"an integer in 0..{MAX_PAD}",
+    **transfer_api.PARAMETER_RULES,
 }
 
 
@@ -124,6 +133,16 @@ SAMPLE_RESPONSES = {
     503: {"model": Unavailable, "headers": RETRY_AFTER_HEADER,
           "description": "no checkpoint yet, or busy: retry after Retry-After seconds"},
 }
+TRANSFER_RESPONSES = {
+    **SAMPLE_RESPONSES,
+    200: {**SAMPLE_RESPONSES[200], "headers": {**IMAGE_HEADERS, "X-Label": {
+        "description": "the digit the upload was encoded as: `label`, or the one the model "
+                       "read", "schema": {"type": "integer"}}}},
+    422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
+                                                 "damaged, blank, or not 28x28 with prepare=none"},
+    **transfer_api.upload_responses(BadParameters),
+}
+del TRANSFER_RESPONSES[304]  # a POST is never answered 304 (see the route)
 
 
 # ---- dependencies ------------------------------------------------------------------------
@@ -213,7 +232,7 @@ def describe_errors(errors: list[dict]) -> str:
     parts = []
     for item in errors:
         loc = item.get("loc") or ()
-        name = loc[-1] if loc else "request"
+        name = next((part for part in reversed(loc) if isinstance(part, str)), "request")
         if name in PARAMETER_RULES:
             parts.append(f"{name}: must be {PARAMETER_RULES[name]} (got {item.get('input')!r})")
         else:
@@ -293,6 +312,18 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
             await asyncio.to_thread(watcher.stop)
             await batcher.stop()
 
+    async def batched(batcher: Batcher, sampler, work):
+        """The batcher's result for `work`, or the 503 to answer instead."""
+        try:
+            return await batcher.decode(sampler, work)
+        except QueueFull:
+            metrics.rejected.inc()
+            return error(503, "busy: the request queue is full; retry shortly",
+                         headers={"Retry-After": str(RETRY_AFTER_BUSY_S)})
+        except (TimeoutError, Stopped):
+            return error(503, "the request could not be served in time; retry shortly",
+                         headers={"Retry-After": str(RETRY_AFTER_BUSY_S)})
+
     app = FastAPI(title="cvae sampling service", lifespan=lifespan,
                   description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
                   # The service reports through Prometheus (/metrics). FastAPI's OpenTelemetry
@@ -325,16 +356,87 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                        "ETag": etag, "Cache-Control": cache_control}
             if etag_matches(request.headers.get("if-none-match"), etag):
                 return Response(status_code=304, headers=headers)
+        images = await batched(request.app.state.batcher, loaded.sampler,
+                               LatentRequest(seed, digits, params.n, params.temperature))
+        if isinstance(images, Response):
+            return images
+        png = await encode_png(images, cols, params.scale, params.pad)
+        return Response(png, media_type="image/png", headers=headers)
+
+    @app.post("/transfer", response_class=Response, responses=TRANSFER_RESPONSES,
+              openapi_extra=TRANSFER_BODY)
+    async def transfer(request: Request,
+                       params: Annotated[TransferParams, Depends(transfer_params)],
+                       loaded: Annotated[Loaded, Depends(served_model)]):
+        """Handwriting style transfer: the uploaded digit's style (its posterior z) decoded as
+        every digit in `digits`; one row per z. The body is the PNG or JPEG file itself.
+
+        A deterministic result (the posterior mean, or draws with a seed) carries an ETag that
+        covers the uploaded bytes, but is never answered 304: RFC 9110 answers a POST whose
+        If-None-Match matches with 412, and shared caches do not store POST responses.
+        """
         try:
-            images = await request.app.state.batcher.decode(
-                loaded.sampler, LatentRequest(seed, digits, params.n, params.temperature))
-        except QueueFull:
-            metrics.rejected.inc()
-            return error(503, "busy: the request queue is full; retry shortly",
-                         headers={"Retry-After": str(RETRY_AFTER_BUSY_S)})
-        except (TimeoutError, Stopped):
-            return error(503, "the request could not be served in time; retry shortly",
-                         headers={"Retry-After": str(RETRY_AFTER_BUSY_S)})
+            body = await transfer_api.read_body(request)
+        except BodyTooLarge:
+            return transfer_api.body_too_large()
+        try:
+            image, digest = await asyncio.to_thread(transfer_api.prepare_upload, body,
+                                                    params.prepare)
+        except ImageInputError as problem:
+            return transfer_api.image_error(problem)
+        cols = params.cols or len(params.digits) + params.show_input
+        seed = params.seed
+        if params.samples and seed is None:
+            seed = secrets.randbelow(RANDOM_SEED_LIMIT)
+        headers = {"X-Checkpoint-Step": str(loaded.step)}
+        if params.samples:
+            headers["X-Seed"] = str(seed)
+        if params.samples and params.seed is None:
+            headers["Cache-Control"] = "no-store"
+        else:
+            headers["ETag"] = entity_tag(loaded, "transfer", (
+                digest, params.prepare, params.label, params.digits, params.samples,
+                seed if params.samples else None, params.show_input, cols, params.scale,
+                params.pad))
+            headers["Cache-Control"] = cache_control
+        work = TransferRequest(image, params.label, params.digits, params.samples, seed or 0)
+        result = await batched(request.app.state.batcher, loaded.sampler, work)
+        if isinstance(result, Response):
+            return result
+        images, label = result
+        headers["X-Label"] = str(label)
+        png = await encode_png(transfer_tiles(images, work, params.show_input), cols,
+                               params.scale, params.pad)
+        return Response(png, media_type="image/png", headers=headers)
+
+    @app.get("/interpolate", response_class=Response, responses=SAMPLE_RESPONSES)
+    async def interpolate(request: Request,
+                          params: Annotated[InterpolateParams, Depends(interpolate_params)],
+                          loaded: Annotated[Loaded, Depends(served_model)]):
+        """A walk through the latent space: `walk=latent` goes from seed's sample to to_seed's
+        (one row per digit); `walk=digits` keeps each z and decodes it as every digit."""
+        seed = secrets.randbelow(RANDOM_SEED_LIMIT) if params.seed is None else params.seed
+        if params.walk == "latent":
+            digits = DIGITS if params.digit is None else (params.digit,)
+            to_seed = (seed + 1) % RANDOM_SEED_LIMIT if params.to_seed is None else params.to_seed
+            work = LatentWalk(seed, to_seed, digits, params.steps, params.temperature)
+            cols = params.cols or params.steps
+        else:
+            work = DigitWalk(seed, params.digit or 0, params.n, params.temperature)
+            cols = params.cols or len(DIGITS)
+        if (refusal := too_large(params, work.rows, cols)) is not None:
+            return refusal
+        headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
+                   "Cache-Control": "no-store"}
+        if params.seed is not None:
+            headers["ETag"] = entity_tag(loaded, "interpolate", (
+                params.walk, *work, cols, params.scale, params.pad))
+            headers["Cache-Control"] = cache_control
+            if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
+                return Response(status_code=304, headers=headers)
+        images = await batched(request.app.state.batcher, loaded.sampler, work)
+        if isinstance(images, Response):
+            return images
         png = await encode_png(images, cols, params.scale, params.pad)
         return Response(png, media_type="image/png", headers=headers)
 

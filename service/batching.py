@@ -5,14 +5,16 @@ Synopsis:
     batcher = Batcher(max_rows=4096, max_pending_rows=40960)
     request = LatentRequest(seed=1, digits=(7,), n=16, temperature=1.0)
     images = await batcher.decode(sampler, request)   # f32[16, 28, 28]; never blocks the loop
+    images, label = await batcher.decode(sampler, transfer_request)   # a style transfer
     await batcher.stop()
 
 Why this shape: on two cores the service is bound by per-request Python, not by the model, so
 the request path must be as short as possible. Everything except the device work runs on the
 event loop thread: `decode` appends the request to a list and awaits a plain asyncio future. One
 drain task takes the pending requests (up to `max_rows` rows, all for the same model) and hands
-them to a single worker thread that draws their latents in one call
-(`cvae.sampling.batch_latents`, bit-identical to `request_latents`) and decodes them in one call
+them to a single worker thread that computes their latents in one call per kind of request
+(`cvae.batch.batch_rows`: prior draws bit-identical to `request_latents`, latent walks, and
+style transfers, whose encoder work runs there too) and decodes them in one call
 (`Sampler.decode`, fixed block shapes, so a request's pixels never depend on its neighbours).
 That is one thread hop per batch, not per request, and no locks. While a batch decodes, new
 requests gather for the next one: under load, batches grow by themselves; a lone request is
@@ -34,7 +36,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from cvae.sampling import LatentRequest, batch_latents
+from cvae.batch import batch_rows
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +57,18 @@ class Decoder(Protocol):
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
 
 
+class Request(Protocol):
+    """A `cvae.sampling.LatentRequest`, `cvae.interpolation` walk or `cvae.transfer`
+    request: `rows` images to decode."""
+
+    @property
+    def rows(self) -> int: ...
+
+
 @dataclasses.dataclass(eq=False, slots=True)
 class Pending:
     decoder: Decoder
-    request: LatentRequest
+    request: Request
     rows: int
     future: asyncio.Future
     arrived: float
@@ -72,7 +82,7 @@ class Batcher:
 
     def __init__(self, max_rows: int = 4096, max_pending_rows: int = 40960,
                  timeout: float = 30.0, on_batch: BatchHook | None = None,
-                 latents_fn: Callable[[list[LatentRequest], int], list] = batch_latents):
+                 latents_fn: Callable[[list[Request], Decoder], list] = batch_rows):
         if max_rows < 1 or max_pending_rows < 1 or timeout <= 0:
             raise ValueError("max_rows and max_pending_rows must be >= 1 and timeout > 0")
         self.max_rows, self.max_pending_rows, self.timeout = max_rows, max_pending_rows, timeout
@@ -89,15 +99,16 @@ class Batcher:
         """Requests waiting for a decode."""
         return len(self._pending)
 
-    async def decode(self, decoder: Decoder, request: LatentRequest) -> np.ndarray:
-        """The request's images f32[rows, 28, 28], decoded together with whoever else is waiting.
+    async def decode(self, decoder: Decoder, request: Request):
+        """The request's images f32[rows, 28, 28], decoded together with whoever else is waiting;
+        for a request whose latents come with more (a transfer's label), (images, label).
 
         Raises QueueFull at the bound (an idle batcher takes any one request), Stopped while
         shutting down, TimeoutError when the device does not answer in time.
         """
         if self._stopping:
             raise Stopped("the service is shutting down")
-        rows = len(request.digits) * request.n
+        rows = request.rows
         held = self._pending_rows + self._busy_rows
         if held and held + rows > self.max_pending_rows:
             raise QueueFull(f"{len(self._pending)} requests ({held} rows) already waiting")
@@ -177,9 +188,10 @@ class Batcher:
 
     def _decode_batch(self, batch: list[Pending]) -> list[np.ndarray]:
         decoder = batch[0].decoder
-        latents = self.latents_fn([item.request for item in batch], decoder.latent_dim)
-        z = np.concatenate([z for z, _ in latents])
-        labels = np.concatenate([labels for _, labels in latents])
+        latents = self.latents_fn([item.request for item in batch], decoder)
+        z = np.concatenate([rows[0] for rows in latents])
+        labels = np.concatenate([rows[1] for rows in latents])
         images = decoder.decode(z, labels)
         bounds = np.cumsum([item.rows for item in batch])[:-1]
-        return np.split(images, bounds)
+        return [part if len(rows) == 2 else (part, *rows[2:])
+                for part, rows in zip(np.split(images, bounds), latents)]

@@ -15,7 +15,8 @@ CVAE_FUZZ_EXAMPLES). What each phase checks:
    step; seeded replies agree byte for byte per step, and with quiet-time references fetched
    after the load for the last step.
 3. fuzz: schemathesis generates valid and invalid requests per operation of the OpenAPI schema
-   (derandomized): no 5xx, no response off the schema.
+   (derandomized): no 5xx, no response off the schema. `POST /transfer`'s bodies are real PNG
+   and JPEG pictures of random sizes and pixels (`upload_images`), so valid uploads are tried.
 
 Why a 503 "busy" is a failure here: the service holds 40960 rows waiting or decoding per
 worker; a closed loop of 64 connections has at most 64 requests of at most 320 rows (n <= 32
@@ -121,6 +122,21 @@ def expected_size(path: str) -> tuple[int, int]:
     cols = grid_columns(digit, n, int(query["cols"]) if "cols" in query else None)
     height, width = grid_shape(n * (1 if digit is not None else 10), cols,
                                int(query.get("scale", 1)), int(query.get("pad", 2)))
+    return width, height
+
+
+def walk_size(path: str) -> tuple[int, int]:
+    """(width, height) of the PNG for an /interpolate path (service/app.py's layout)."""
+    from cvae.grid import grid_shape
+
+    query = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).items()}
+    if query.get("walk", "latent") == "latent":
+        steps = int(query.get("steps", 10))
+        tiles, cols = steps * (1 if "digit" in query else 10), steps
+    else:
+        tiles, cols = int(query.get("n", 1)) * 10, 10
+    height, width = grid_shape(tiles, int(query.get("cols", cols)), int(query.get("scale", 1)),
+                               int(query.get("pad", 2)))
     return width, height
 
 
@@ -349,8 +365,11 @@ def fuzz(url: str, max_examples: int = 50, seed: int = 0) -> dict:
     from schemathesis.core.failures import FailureGroup
     from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+    for media_type, strategy in upload_images().items():
+        schemathesis.openapi.media_type(media_type, strategy)
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     count = collections.Counter()
+    by_operation = collections.Counter()
     failures: list[str] = []
     session = requests.Session()
     for result in schema.get_all_operations():
@@ -365,11 +384,12 @@ def fuzz(url: str, max_examples: int = 50, seed: int = 0) -> dict:
                 count["cases"] += 1
                 response = case.call(base_url=url, session=session, timeout=60)
                 count[f"HTTP {response.status_code}"] += 1
+                by_operation[f"{operation.label} {mode.value} HTTP {response.status_code}"] += 1
                 try:
                     # Every check but "valid data is accepted", done by `_accepted` instead.
                     case.validate_response(response, excluded_checks=[positive_data_acceptance])
                     if mode is schemathesis.GenerationMode.POSITIVE:
-                        _accepted(operation.path, case.query or {}, response)
+                        _accepted(operation.path, case.query or {}, case.body, response)
                 except (AssertionError, FailureGroup) as error:
                     count["failures"] += 1
                     if len(failures) < 10:
@@ -388,23 +408,62 @@ def fuzz(url: str, max_examples: int = 50, seed: int = 0) -> dict:
             "failures": count.pop("failures", 0),
             "operations_without_negative_cases": count.pop("operations_without_negative_cases", 0),
             "statuses": dict(sorted(count.items())),
+            "by_operation": dict(sorted(by_operation.items())),
             "failure_examples": failures}
 
 
-def _accepted(path: str, query: dict, response) -> None:
-    """Schema-valid requests get 200, except a /sample grid over the service's pixel bound
-    (MAX_PIXELS), which OpenAPI cannot express: that one must be the documented 422."""
+def upload_images() -> dict:
+    """Hypothesis strategies of real PNG and JPEG bytes: 1-64 px a side (often 28x28), random
+    grey pixels (some blank), for `POST /transfer`'s body."""
+    import io
+
+    from hypothesis import strategies as st
+    from PIL import Image
+
+    @st.composite
+    def picture(draw, fmt: str):
+        width, height = (draw(st.one_of(st.just(28), st.integers(1, 64))) for _ in range(2))
+        level = draw(st.integers(0, 255))
+        pixels = draw(st.one_of(st.just(bytes([level]) * (width * height)),
+                                st.binary(min_size=width * height, max_size=width * height)))
+        buffer = io.BytesIO()
+        Image.frombytes("L", (width, height), pixels).save(buffer, fmt)
+        return buffer.getvalue()
+
+    return {"image/png": picture("PNG"), "image/jpeg": picture("JPEG")}
+
+
+def _accepted(path: str, query: dict, body, response) -> None:
+    """Schema-valid requests get 200, except what OpenAPI cannot express, which must get the
+    documented 422: a /sample or /interpolate grid over the service's pixel bound (MAX_PIXELS),
+    and a /transfer upload that is blank, or not 28x28 with prepare=none."""
     if response.status_code == 200:
         return
-    if path == "/sample" and response.status_code == 422:
+    if path == "/transfer" and response.status_code == 422:
+        if _refused_upload(body, query, response.json()["detail"][0]["type"]):
+            return
+    if path in ("/sample", "/interpolate") and response.status_code == 422:
         from service.app import MAX_PIXELS
 
-        width, height = expected_size("/sample?" + urllib.parse.urlencode(query))
+        size = expected_size if path == "/sample" else walk_size
+        width, height = size(f"{path}?{urllib.parse.urlencode(query)}")
         message = response.json().get("message", "")
         if width * height > MAX_PIXELS and message.startswith("n, cols, scale, pad: the grid"):
             return
-    raise AssertionError(f"schema-valid GET {path}?{urllib.parse.urlencode(query)} got "
+    raise AssertionError(f"schema-valid {path}?{urllib.parse.urlencode(query)} got "
                          f"{response.status_code}: {response.text[:300]}")
+
+
+def _refused_upload(body: bytes, query: dict, kind: str) -> bool:
+    """Whether `cvae.digit_image` refuses `body` for the reason `kind` the service gave."""
+    from cvae import digit_image
+
+    expected = {"no_digit": digit_image.NoDigit, "wrong_size": digit_image.WrongSize}
+    try:
+        digit_image.prepare_digit(body, query.get("prepare", "mnist"))
+    except digit_image.ImageInputError as error:
+        return isinstance(error, expected.get(kind, ()))
+    return False
 
 
 def mb(kb: int) -> float:

@@ -31,10 +31,10 @@ class FakeDecoder:
         return np.repeat(z[:, :1, None], 28, axis=1).repeat(28, axis=2)
 
 
-def fake_latents(requests, latent_dim):
+def fake_latents(requests, decoder):
     """Rows filled with the request's temperature, so each request's rows are recognisable."""
-    return [(np.full((r.n, latent_dim), r.temperature, np.float32), np.zeros(r.n, np.int32))
-            for r in requests]
+    return [(np.full((r.n, decoder.latent_dim), r.temperature, np.float32),
+             np.zeros(r.n, np.int32)) for r in requests]
 
 
 def request(rows: int, value: float) -> LatentRequest:

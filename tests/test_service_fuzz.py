@@ -4,9 +4,11 @@ Derandomized; CVAE_FUZZ_EXAMPLES (default 40) cases per operation and mode (`mak
 
 One schemathesis check is replaced, not skipped: "a schema-valid request is accepted" cannot
 hold for /sample, whose 64-megapixel bound on the grid depends on several parameters at once
-(e.g. pad=8&n=819&scale=7), which OpenAPI cannot express. `service_checks._accepted` checks
-instead that such a request gets exactly the documented 422, and that every other
-schema-valid request gets 200."""
+(e.g. pad=8&n=819&scale=7), which OpenAPI cannot express; nor can it say that an upload to
+/transfer must show something (not a blank picture) and be 28x28 with prepare=none.
+`service_checks._accepted` checks instead that such a request gets exactly the documented 422,
+and that every other schema-valid request gets 200. /transfer's bodies are real PNG and JPEG
+pictures (`service_checks.upload_images`)."""
 
 from __future__ import annotations
 
@@ -40,3 +42,5 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(server, record_proper
     assert not any(status.startswith("HTTP 5") for status in report["statuses"]), report
     assert report["cases"] >= MAX_EXAMPLES  # /sample alone gives up to 2 * MAX_EXAMPLES
     assert report["statuses"].get("HTTP 422", 0) > 0 and report["statuses"].get("HTTP 200", 0)
+    for operation in ("POST /transfer", "GET /interpolate"):  # valid uploads and walks served
+        assert report["by_operation"].get(f"{operation} positive HTTP 200", 0) > 0, report

@@ -1,0 +1,41 @@
+"""The latents and labels of a batch of mixed requests, computed together before one decode.
+
+The service's batcher (service/batching.py) gathers whatever requests arrive together: prior
+samples (`cvae.sampling.LatentRequest`), latent walks (`cvae.interpolation`) and style
+transfers (`cvae.transfer.TransferRequest`, which need the encoder). `batch_rows` computes each
+kind's rows in one call per kind, in the batcher's worker thread; the batcher then decodes all
+rows in one `Sampler.decode`. Every step is row-wise, so a request's pixels do not depend on
+what it was batched with.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cvae.interpolation import DigitWalk, LatentWalk, walk_latents
+from cvae.sampling import LatentRequest, Sampler, batch_latents
+from cvae.transfer import TransferRequest, transfer_latents
+
+# kind -> (requests of that kind, sampler) -> one (z, labels[, extra...]) tuple per request
+ROWS_BY_KIND: dict[type, Callable] = {
+    LatentRequest: lambda requests, sampler: batch_latents(requests, sampler.latent_dim),
+    LatentWalk: lambda requests, sampler: walk_latents(requests, sampler.latent_dim),
+    DigitWalk: lambda requests, sampler: walk_latents(requests, sampler.latent_dim),
+    TransferRequest: transfer_latents,
+}
+
+
+def batch_rows(requests: list, sampler: Sampler) -> list[tuple]:
+    """One (z f32[rows, L], labels i32[rows], ...) tuple per request, in order; a transfer's
+    tuple also carries the label its image was encoded with."""
+    kinds: dict[type, list[int]] = {}
+    for index, request in enumerate(requests):
+        kinds.setdefault(type(request), []).append(index)
+    if len(kinds) == 1 and LatentRequest in kinds:  # the common case: /sample only
+        return batch_latents(requests, sampler.latent_dim)
+    results: list = [None] * len(requests)
+    for kind, members in kinds.items():
+        rows = ROWS_BY_KIND[kind]([requests[i] for i in members], sampler)
+        for index, value in zip(members, rows):
+            results[index] = value
+    return results

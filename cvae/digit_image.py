@@ -1,0 +1,195 @@
+"""An uploaded picture of a digit -> the 28x28 MNIST-style image the model was trained on.
+
+Synopsis:
+
+    image = prepare_digit(png_or_jpeg_bytes)                 # uint8[28, 28], light digit on black
+    image = prepare_digit(mnist_png_bytes, prepare="none")   # a 28x28 picture taken as it is
+
+MNIST was made this way (LeCun et al.): the digit's bounding box scaled, keeping its aspect
+ratio, to fit a 20x20 box (anti-aliased), then placed in a 28x28 field so that its centre of mass
+lies at the centre. MNIST's own digits have their centre of mass at pixel (14.0, 14.0) on average
+(row and column index, measured on the training set), and the nonzero pixels of every one span 20
+pixels on the longer side; `to_mnist` reproduces both.
+
+Light and dark are told apart by the picture's border: the outermost ring of pixels is taken as
+background (its median), so a digit may be dark on light (ink on paper, the page's canvas) or
+light on dark (MNIST itself). When the ring is lighter than mid-grey the picture is inverted.
+Transparent pixels are first laid over a background that contrasts with the ink (white under
+dark ink, black under light ink), so a stroke on a transparent canvas works either way.
+
+Pictures are only read as PNG or JPEG, and their pixel count (from the header) is checked before
+anything is decoded: a small file that would decompress to a huge image is refused.
+Pure NumPy + Pillow, no JAX, so the tests run instantly.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Literal
+
+import numpy as np
+from PIL import Image
+
+from cvae.limits import MAX_INPUT_PIXELS
+
+FIELD = 28  # MNIST's image side
+BOX = 20  # the digit's bounding box is scaled to fit BOX x BOX
+CENTRE = 14.0  # where MNIST's centre of mass lies (row and column index, see above)
+FORMATS = ("PNG", "JPEG")
+WORK_SIDE = 512  # larger pictures are shrunk to this longer side first (20x20 needs no more)
+MIN_CONTRAST = 0.15  # ink must be this much (of full scale) brighter than the background
+INK_FLOOR = 0.15  # ink fainter than this (of the digit's contrast) is paper texture or noise
+
+Prepare = Literal["mnist", "none"]
+
+
+class ImageInputError(ValueError):
+    """An upload that cannot become a digit image; the message says why, for the user."""
+
+
+class UnsupportedImage(ImageInputError):
+    """Not a PNG or JPEG picture at all."""
+
+
+class ImageTooLarge(ImageInputError):
+    """More pixels than MAX_INPUT_PIXELS: refused from the header, before decoding."""
+
+
+class DamagedImage(ImageInputError):
+    """A PNG or JPEG whose data is truncated or corrupt."""
+
+
+class NoDigit(ImageInputError):
+    """A blank picture (an empty canvas): nothing stands out from the background."""
+
+
+class WrongSize(ImageInputError):
+    """prepare="none" was asked for a picture that is not 28x28."""
+
+
+def read_gray(data: bytes, max_pixels: int = MAX_INPUT_PIXELS) -> np.ndarray:
+    """PNG or JPEG bytes -> luminance float32[H, W] in [0, 1], transparency resolved.
+
+    The pixel count is checked on the header alone, before decoding: Pillow's `Image.open`
+    parses only the header, and raises `DecompressionBombError` (or warns) itself beyond its
+    own, larger limit `Image.MAX_IMAGE_PIXELS`; both are refused the same way.
+    """
+    if not data:
+        raise UnsupportedImage("the request body is empty: send the bytes of a PNG or JPEG image")
+    try:
+        image = Image.open(io.BytesIO(data), formats=FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise ImageTooLarge(f"the image is too large to decode: {error} (at most "
+                            f"{max_pixels:,} pixels)") from None
+    except Image.UnidentifiedImageError:
+        raise UnsupportedImage("the body is not a PNG or JPEG image: send the image file's "
+                               "bytes as the body (not a form or base64)") from None
+    except (OSError, SyntaxError, ValueError) as error:  # a header Pillow cannot parse
+        raise DamagedImage(f"the {describe(data)} image is damaged or truncated: "
+                           f"{error}") from None
+    with image:
+        width, height = image.size
+        if width * height > max_pixels:
+            raise ImageTooLarge(f"the image is {width}x{height} = {width * height:,} pixels; "
+                                f"at most {max_pixels:,} are decoded")
+        if max(width, height) > WORK_SIDE:
+            image.draft("L", (WORK_SIDE, WORK_SIDE))  # JPEG: decode at 1/2, 1/4 or 1/8 scale
+        try:
+            image.load()
+            gray = _luminance(image)
+        except (OSError, SyntaxError, ValueError, EOFError) as error:
+            raise DamagedImage(f"the {image.format} image is damaged or truncated: "
+                               f"{error}") from None
+    return gray
+
+
+def describe(data: bytes) -> str:
+    return "PNG" if data.startswith(b"\x89PNG") else "JPEG" if data.startswith(b"\xff\xd8") \
+        else "uploaded"
+
+
+def _luminance(image: Image.Image) -> np.ndarray:
+    """Opaque 8-bit luminance in [0, 1], shrunk to WORK_SIDE; alpha laid over a contrasting
+    background."""
+    has_alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+    if has_alpha:
+        rgba = np.asarray(image.convert("RGBA"), np.float32) / 255.0
+        alpha = rgba[..., 3]
+        gray = rgba[..., :3] @ np.float32([0.299, 0.587, 0.114])  # ITU-R 601-2, as Pillow's "L"
+        weight = alpha.sum()
+        ink_is_dark = weight == 0 or float((gray * alpha).sum() / weight) < 0.5
+        background = np.float32(1.0 if ink_is_dark else 0.0)
+        gray = alpha * gray + (1 - alpha) * background
+        image = Image.fromarray(np.round(gray * 255).astype(np.uint8))
+    else:
+        image = image.convert("L")
+    if max(image.size) > WORK_SIDE:
+        image.thumbnail((WORK_SIDE, WORK_SIDE), Image.Resampling.BOX)
+    return np.asarray(image, np.float32) / 255.0
+
+
+def ink(gray: np.ndarray) -> np.ndarray:
+    """Luminance [H, W] -> ink float32[H, W] in [0, 1]: light on dark, background at 0.
+
+    The background is the median of the outermost ring of pixels; a light one means a dark
+    digit, so the picture is inverted. Ink is rescaled so the darkest background is 0 and the
+    strongest stroke 1; what stays under INK_FLOOR is cleared.
+    """
+    ring = np.concatenate([gray[0], gray[-1], gray[1:-1, 0], gray[1:-1, -1]])
+    background = float(np.median(ring))
+    if background > 0.5:
+        gray, background = 1.0 - gray, 1.0 - background
+    peak = float(gray.max())
+    if peak - background < MIN_CONTRAST:
+        raise NoDigit(f"no digit found: the image is blank (its brightest stroke stands "
+                      f"{peak - background:.2f} above the background; at least {MIN_CONTRAST} "
+                      f"of full scale is needed)")
+    values = np.clip((gray - background) / (peak - background), 0.0, 1.0)
+    values[values < INK_FLOOR] = 0.0
+    return values.astype(np.float32)
+
+
+def to_mnist(values: np.ndarray) -> np.ndarray:
+    """Ink float[H, W] (light on dark) -> uint8[28, 28], made as MNIST was (module docstring)."""
+    rows, cols = np.flatnonzero(values.any(axis=1)), np.flatnonzero(values.any(axis=0))
+    if rows.size == 0:
+        raise NoDigit("no digit found: the image is blank")
+    crop = values[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    height, width = crop.shape
+    factor = BOX / max(height, width)
+    size = (max(1, round(width * factor)), max(1, round(height * factor)))  # PIL: (w, h)
+    box = np.asarray(Image.fromarray(crop, mode="F").resize(size, Image.Resampling.BILINEAR))
+    box = np.clip(box, 0.0, 1.0)
+    mass = box.sum()
+    if mass <= 0:
+        raise NoDigit("no digit found: the strokes vanish at 20x20")
+    centre_row = (box.sum(axis=1) @ np.arange(box.shape[0])) / mass
+    centre_col = (box.sum(axis=0) @ np.arange(box.shape[1])) / mass
+    top = _place(CENTRE - centre_row, box.shape[0])
+    left = _place(CENTRE - centre_col, box.shape[1])
+    field = np.zeros((FIELD, FIELD), np.float32)
+    field[top:top + box.shape[0], left:left + box.shape[1]] = box
+    return np.round(field * 255).astype(np.uint8)
+
+
+def _place(offset: float, extent: int) -> int:
+    """Integer offset that puts the centre of mass nearest CENTRE with the box inside the field."""
+    return int(min(max(math.floor(offset + 0.5), 0), FIELD - extent))
+
+
+def as_is(gray: np.ndarray) -> np.ndarray:
+    """A 28x28 luminance picture taken as it is (light digit on dark, like MNIST) -> uint8."""
+    if gray.shape != (FIELD, FIELD):
+        raise WrongSize(f"prepare=none takes a 28x28 image as it is; this one is "
+                        f"{gray.shape[1]}x{gray.shape[0]} (use prepare=mnist to fit it)")
+    return np.round(gray * 255).astype(np.uint8)
+
+
+def prepare_digit(data: bytes, prepare: Prepare = "mnist",
+                  max_pixels: int = MAX_INPUT_PIXELS) -> np.ndarray:
+    """PNG/JPEG bytes -> uint8[28, 28], light digit on black; raises an `ImageInputError`."""
+    gray = read_gray(data, max_pixels)
+    if prepare == "none":
+        return as_is(gray)
+    return to_mnist(ink(gray))
