@@ -13,6 +13,11 @@ time. Three endpoints, interleaved and repeated (medians over the repeats):
 - `plain`: the same picture from a plain per-request `async def` route that decodes inline;
 - `fixed`: a constant PNG of the same size: the framework's ceiling on this machine.
 
+Then, at concurrency 8 (`TRANSFER_CONCURRENCY`), `POST /transfer?show_input=true` with a
+280x280 PNG drawing (what the page's canvas sends) interleaved with the same `/sample` request:
+the style-transfer route (upload read, image prepared in a thread, encoder and decoder batched)
+beside the sampling one.
+
 Server CPU per request is the CPU time (user + system) of the server's processes, from
 /proc, over the requests wrk completed. The issue's targets are checked in the same run.
 """
@@ -30,6 +35,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -39,6 +45,8 @@ ENDPOINTS = {
     "plain": "/bench/plain?digit=7&n=16",
     "fixed": "/bench/fixed",
 }
+TRANSFER_PATH = "/transfer?show_input=true"
+TRANSFER_CONCURRENCY = 8
 TARGETS = {"x_plain": 3.0, "p99_ms": 50.0, "cpu_ms": 0.6, "scaling": 1.8}
 CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
@@ -128,11 +136,13 @@ def _ms(text: str) -> float:
     return float(number) * UNITS_MS[unit]
 
 
-def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int) -> dict:
-    """One wrk run; returns req/s, p50/p99 ms, errors and server CPU ms per request."""
-    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--latency",
-               "--timeout",
-               "10s", f"http://127.0.0.1:{port}{path}"]
+def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int,
+        script: str | None = None) -> dict:
+    """One wrk run (`script`: a wrk Lua script, e.g. `post_script`'s); returns req/s, p50/p99
+    ms, errors and server CPU ms per request."""
+    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s",  # whole s
+               "--latency", "--timeout", "10s", *(["-s", script] if script else []),
+               f"http://127.0.0.1:{port}{path}"]
     cpu_before = cpu_seconds(server_pid)
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     cpu = cpu_seconds(server_pid) - cpu_before
@@ -148,8 +158,55 @@ def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int)
             "requests": requests, "cpu_ms": cpu * 1000 / max(requests, 1)}
 
 
+def drawing_png() -> bytes:
+    """A 280x280 PNG of a hand-drawn-looking 7, black on white: what the page's canvas sends."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("L", (280, 280), 255)
+    ImageDraw.Draw(image).line([(100, 40), (190, 40), (120, 250)], fill=0, width=20)
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def post_script(directory: str, body: bytes) -> str:
+    """A wrk Lua script that POSTs `body` as image/png; returns its path."""
+    body_path, script_path = Path(directory) / "body.png", Path(directory) / "post.lua"
+    body_path.write_bytes(body)
+    script_path.write_text(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "image/png"\n'
+                           f'local f = assert(io.open("{body_path}", "rb"))\n'
+                           f'wrk.body = f:read("*a")\nf:close()\n')
+    return str(script_path)
+
+
+def measure_transfer(port: int, pid: int, workers: int, script: str, seconds: float,
+                     repeats: int, warmup: float, log=print) -> list[dict]:
+    """/transfer and /sample at TRANSFER_CONCURRENCY, interleaved; medians over the repeats."""
+    calls = {"sample": (ENDPOINTS["project"], None), "transfer": (TRANSFER_PATH, script)}
+    for path, body in calls.values():
+        wrk(port, path, TRANSFER_CONCURRENCY, warmup, pid, body)
+    runs = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, (path, body) in calls.items():
+            runs[name].append(wrk(port, path, TRANSFER_CONCURRENCY, seconds, pid, body))
+    rows = []
+    for name, results in runs.items():
+        row = {"workers": workers, "concurrency": TRANSFER_CONCURRENCY, "endpoint": name,
+               "repeats": repeats, **{key: statistics.median(r[key] for r in results)
+                                      for key in ("rps", "p50_ms", "p99_ms", "cpu_ms")},
+               "requests": sum(r["requests"] for r in results),
+               "errors": sum(r["errors"] for r in results)}
+        rows.append(row)
+        log(f"workers {workers} c={TRANSFER_CONCURRENCY} {name}: {row['rps']:.0f} req/s, "
+            f"p99 {row['p99_ms']:.1f} ms, {row['cpu_ms']:.3f} ms CPU/req")
+    return rows
+
+
 def measure(checkpoint_dir: str, workers_list: list[int], concurrencies: list[int],
-            seconds: float, repeats: int, warmup: float, log=print) -> list[dict]:
+            seconds: float, repeats: int, warmup: float, log=print,
+            transfer_script: str | None = None) -> list[dict]:
     rows = []
     for workers in workers_list:
         with bench_server(checkpoint_dir, workers) as (port, pid):
@@ -170,6 +227,9 @@ def measure(checkpoint_dir: str, workers_list: list[int], concurrencies: list[in
                     rows.append(row)
                     log(f"workers {workers} c={concurrency} {name}: {row['rps']:.0f} req/s, "
                         f"p99 {row['p99_ms']:.1f} ms, {row['cpu_ms']:.3f} ms CPU/req")
+            if transfer_script is not None:
+                rows += measure_transfer(port, pid, workers, transfer_script, seconds, repeats,
+                                         warmup, log)
     return rows
 
 
@@ -257,6 +317,20 @@ def _package(frame: str) -> str:
 # ---- report --------------------------------------------------------------------------------
 
 
+def transfer_table(rows: list[dict]) -> str:
+    """The TRANSFER_CONCURRENCY rows: /transfer beside /sample, per worker count."""
+    lines = [f"| workers | endpoint (c={TRANSFER_CONCURRENCY}) | req/s | p50 ms | p99 ms | "
+             "server CPU ms/req | errors | vs /sample |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    by = {(r["workers"], r["endpoint"]): r for r in rows}
+    for r in rows:
+        sample = by[r["workers"], "sample"]["rps"]
+        lines.append(f"| {r['workers']} | {r['endpoint']} | {r['rps']:,.0f} | {r['p50_ms']:.1f} "
+                     f"| {r['p99_ms']:.1f} | {r['cpu_ms']:.3f} | {r['errors']} | "
+                     f"{r['rps'] / sample:.2f}x |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     by = {(r["workers"], r["concurrency"], r["endpoint"]): r for r in rows}
     lines = ["| workers | concurrency | endpoint | req/s | p50 ms | p99 ms | server CPU ms/req "
@@ -320,14 +394,22 @@ def main(argv: list[str] | None = None) -> int:
               "it)", file=sys.stderr)
         return 2
     if args.quick:
-        args.seconds, args.repeats, args.warmup = 1.0, 1, 0.5
-    rows = measure(args.checkpoint_dir, [int(w) for w in args.workers.split(",")],
-                   [int(c) for c in args.concurrency.split(",")], args.seconds, args.repeats,
-                   args.warmup, log=lambda m: print(m, file=sys.stderr, flush=True))
+        args.seconds, args.repeats, args.warmup = 1.0, 1, 1.0
+    with tempfile.TemporaryDirectory(prefix="cvae-bench-transfer-") as scratch:
+        rows = measure(args.checkpoint_dir, [int(w) for w in args.workers.split(",")],
+                       [int(c) for c in args.concurrency.split(",")], args.seconds,
+                       args.repeats, args.warmup,
+                       log=lambda m: print(m, file=sys.stderr, flush=True),
+                       transfer_script=post_script(scratch, drawing_png()))
+    sampling = [r for r in rows if r["endpoint"] in ENDPOINTS]
+    transfers = [r for r in rows if r["endpoint"] not in ENDPOINTS]
     print(f"`GET {ENDPOINTS['project']}`, checkpoint dir {args.checkpoint_dir}, wrk, "
           f"{args.seconds} s x {args.repeats} repeats per cell (medians)\n")
-    print(table(rows))
-    print("\n" + targets(rows))
+    print(table(sampling))
+    print("\n" + targets(sampling))
+    print(f"\nStyle transfer: `POST {TRANSFER_PATH}` with a 280x280 PNG drawing, beside `GET "
+          f"{ENDPOINTS['project']}`, interleaved, at concurrency {TRANSFER_CONCURRENCY}\n")
+    print(transfer_table(transfers))
     if args.profile and not args.quick:
         print("\n" + decode_cost(args.checkpoint_dir))
         print("\n" + profile(args.checkpoint_dir, args.profile))

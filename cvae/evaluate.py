@@ -13,6 +13,8 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
   -log p(x|y') bounds in `cvae.iwae.check_marginal`.
 - Sample fidelity scored by the cached MNIST classifier (`cvae.fidelity`): conditional accuracy
   and Fréchet distance of samples, overall and per digit, beside real test digits.
+- Label swap (`cvae.label_swap`): test digits re-decoded with every other label, read by the
+  same classifier, and how much of their slant and stroke width survives.
 - Visual reports (`cvae.reports`) next to the JSON, or in --report-dir.
 
 Cost on 2 CPU cores (default model, 10000 test examples): the bounds decode K + 9 * K_marginal
@@ -37,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae import fidelity, iwae, reports
+from cvae import fidelity, iwae, label_swap, reports
 from cvae.checkpoint import load_checkpoint
 from cvae.config import NUM_CLASSES, Config
 from cvae.data import load_dataset
@@ -171,10 +173,8 @@ def sample_scores(checkpoint, classifier, reference_features, reference_labels,
     return {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0}
 
 
-def fidelity_metrics(checkpoint, data, images_u8, labels, options: EvalOptions,
-                     classifier_dir: str | None, baseline=None) -> dict:
-    classifier = fidelity.load_or_train_classifier(
-        data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
+def fidelity_metrics(checkpoint, images_u8, labels, options: EvalOptions, classifier,
+                     baseline=None) -> dict:
     # Samples and the reference half are compared with the same (odd-indexed) half of the test
     # set, at about the same size, so the Fréchet distances share their small-sample bias.
     _, reference_features = classifier.logits_and_features(images_u8[1::2])
@@ -209,8 +209,14 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
     results.update(iwae_metrics(checkpoint, images_u8, labels, options))
     if options.fidelity:
-        results["fidelity"] = fidelity_metrics(checkpoint, data, images_u8, labels, options,
-                                               classifier_dir, baseline)
+        classifier = fidelity.load_or_train_classifier(
+            data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
+        results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options,
+                                               classifier, baseline)
+        sampler = create_sampler(create_model(config), config, checkpoint.state.eval_variables(),
+                                 checkpoint.step, block_rows=500)
+        results["label_swap"] = label_swap.scores(sampler, classifier, images_u8, labels,
+                                                  options.seed)
     return results
 
 
@@ -257,6 +263,8 @@ def summary_table(results: dict) -> str:
                          f"; ours / baseline FD = "
                          f"{base['fd_ratio']:.3f} (target <= {FD_RATIO_TARGET}: "
                          f"{'met' if base['fd_ratio_met'] else 'NOT met'})")
+    if "label_swap" in results:
+        lines += label_swap.summary_lines(results["label_swap"])
     if "reports" in results:
         lines.append(f"  reports: {', '.join(results['reports'].values())}")
     return "\n".join(lines)

@@ -90,6 +90,15 @@ class LatentRequest(NamedTuple):
         return len(self.digits) * self.n
 
 
+class Codes(NamedTuple):
+    """Rows whose z are codes (posterior latents of given images), to decode as they are
+    (`Sampler.decode_codes`), not prior noise; `label` is the label the image was encoded with."""
+
+    z: np.ndarray  # f32[rows, L]
+    labels: np.ndarray  # i32[rows]
+    label: int
+
+
 def _bucket(size: int, minimum: int) -> int:
     return max(minimum, 1 << (size - 1).bit_length())
 
@@ -167,20 +176,31 @@ class Sampler:
     step: int = 0
     block_sizes: tuple[int, ...] = DECODE_BLOCKS
     encode_fn: Callable | None = None  # `create_encode_fn`'s; None: this sampler only decodes
+    # Decodes codes as they are. `decode_fn` decodes prior draws: the same program while the
+    # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
+    code_decode_fn: Callable | None = None
 
     @property
     def latent_dim(self) -> int:
         return self.config.latent_dim
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """f32[B, L], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks` chooses."""
+        """Prior draws f32[B, L], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks`
+        chooses."""
+        return self._decode_blocks(self.decode_fn, z, labels)
+
+    def decode_codes(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, 28, 28], the same blocks."""
+        return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels)
+
+    def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
         outputs, start = [], 0
         for size in plan_blocks(len(z), self.block_sizes):
             rows = z[start:start + size]
             pad = size - len(rows)
             z_block = np.pad(rows, ((0, pad), (0, 0)))
             label_block = np.pad(labels[start:start + size], (0, pad))
-            images = self.decode_fn(self.variables, z_block, label_block)
+            images = decode_fn(self.variables, z_block, label_block)
             outputs.append(np.asarray(images)[:len(rows)])
             start += size
         return np.concatenate(outputs) if outputs else np.zeros((0, 28, 28), np.float32)

@@ -9,7 +9,7 @@ digits with the default checkpoint).
 Synopsis:
 
     request = TransferRequest(image, label=None, digits=DIGITS, samples=0, seed=0)
-    [(z, labels, label)] = transfer_latents([request], sampler)   # then sampler.decode(z, labels)
+    [codes] = transfer_latents([request], sampler)   # then sampler.decode_codes(*codes[:2])
 
 `samples=0` uses the posterior mean (one row); `samples=k` draws k z ~ q(z | x, y) with `seed`.
 Rows are draw-major: for each z, every digit in `digits`. Every step is row-wise (the encoder
@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cvae.sampling import DIGITS, LatentRequest, Sampler, batch_latents
+from cvae.sampling import DIGITS, Codes, LatentRequest, Sampler, batch_latents
 
 
 class TransferRequest(NamedTuple):
@@ -38,9 +38,9 @@ class TransferRequest(NamedTuple):
         return len(self.digits) * max(1, self.samples)
 
 
-def transfer_latents(requests: list[TransferRequest], sampler: Sampler
-                     ) -> list[tuple[np.ndarray, np.ndarray, int]]:
-    """(z f32[rows, L], labels i32[rows], the label the image was encoded with) per request.
+def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[Codes]:
+    """Codes(z f32[rows, L], labels i32[rows], the label the image was encoded with) per
+    request: posterior latents, to decode with `Sampler.decode_codes`.
 
     One encoder call for the whole batch: an unlabelled image is encoded with all ten labels
     and scored; a labelled one once.
@@ -65,7 +65,7 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler
             z = z + np.exp(np.float32(0.5) * logvar[picks[i]])[None] * noise[i][0]
         rows = np.repeat(z, len(request.digits), axis=0)
         row_labels = np.tile(np.asarray(request.digits, np.int32), len(z))
-        results.append((rows, row_labels, chosen[i]))
+        results.append(Codes(rows, row_labels, chosen[i]))
     return results
 
 

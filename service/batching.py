@@ -37,6 +37,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from cvae.batch import batch_rows
+from cvae.sampling import Codes
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class Decoder(Protocol):
     latent_dim: int
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
+
+    # and, for batches with transfers, decode_codes(z, labels) (see cvae.sampling.Sampler)
 
 
 class Request(Protocol):
@@ -189,9 +192,15 @@ class Batcher:
     def _decode_batch(self, batch: list[Pending]) -> list[np.ndarray]:
         decoder = batch[0].decoder
         latents = self.latents_fn([item.request for item in batch], decoder)
-        z = np.concatenate([rows[0] for rows in latents])
-        labels = np.concatenate([rows[1] for rows in latents])
-        images = decoder.decode(z, labels)
-        bounds = np.cumsum([item.rows for item in batch])[:-1]
-        return [part if len(rows) == 2 else (part, *rows[2:])
-                for part, rows in zip(np.split(images, bounds), latents)]
+        results: list = [None] * len(batch)
+        for codes in (False, True):  # prior draws in one call, transfers' codes in another
+            members = [i for i, rows in enumerate(latents) if isinstance(rows, Codes) == codes]
+            if not members:
+                continue
+            z = np.concatenate([latents[i][0] for i in members])
+            labels = np.concatenate([latents[i][1] for i in members])
+            images = (decoder.decode_codes if codes else decoder.decode)(z, labels)
+            bounds = np.cumsum([batch[i].rows for i in members])[:-1]
+            for i, part in zip(members, np.split(images, bounds)):
+                results[i] = (part, latents[i].label) if codes else part
+        return results

@@ -1,4 +1,5 @@
-"""The page at `/` in headless Chromium: pick a digit, draw, see a grid of the right size."""
+"""The page at `/` in headless Chromium: pick a digit, draw, see a grid of the right size; draw
+a digit on the canvas and see it in all ten digits."""
 
 from __future__ import annotations
 
@@ -69,10 +70,10 @@ def headless_chromium():
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def image_width(driver) -> int:
+def image_width(driver, image_id: str = "grid") -> int:
     return driver.execute_script(
-        "const img = document.getElementById('grid');"
-        "return img.complete ? img.naturalWidth : 0;")
+        "const img = document.getElementById(arguments[0]);"
+        "return img.complete ? img.naturalWidth : 0;", image_id)
 
 
 def test_page_draws_the_chosen_digit_grid(trained_run):
@@ -107,3 +108,56 @@ def test_page_draws_the_chosen_digit_grid(trained_run):
         assert seed_after != seed_before
         wait.until(lambda d: f"seed {seed_after}," in d.find_element(By.ID, "status").text)
         assert image_width(driver) == one_digit_width
+
+
+def grid_tiles_with_ink(driver, image_id: str, count: int, scale: int, pad: int = 2) -> int:
+    """How many of the first `count` tiles of the grid image `image_id` hold any light pixel
+    (read back through a canvas in the page)."""
+    return driver.execute_script("""
+        const [id, count, size, pad] = arguments;
+        const img = document.getElementById(id);
+        const canvas = document.createElement("canvas");
+        canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+        const context = canvas.getContext("2d");
+        context.drawImage(img, 0, 0);
+        let inked = 0;
+        for (let i = 0; i < count; i++) {
+            const data = context.getImageData(pad + i * (size + pad), pad, size, size).data;
+            let light = false;
+            for (let p = 0; p < data.length; p += 4) if (data[p] > 128) { light = true; break; }
+            if (light) inked++;
+        }
+        return inked;""", image_id, count, 28 * scale, pad)
+
+
+def test_drawing_a_digit_shows_it_in_all_ten_digits(trained_run):
+    if (reason := browser_missing()):
+        pytest.skip(reason)
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with uvicorn_in_thread(create_app(trained_run.directory)) as url, \
+            headless_chromium() as driver:
+        driver.get(f"{url}/")
+        wait = WebDriverWait(driver, 60)
+        canvas = driver.find_element(By.ID, "canvas")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+        # A 7 in one stroke (offsets from the canvas centre); releasing it sends the transfer.
+        ActionChains(driver).move_to_element_with_offset(canvas, -50, -90).click_and_hold() \
+            .move_by_offset(40, 0).move_by_offset(50, 0).move_by_offset(-30, 60) \
+            .move_by_offset(-30, 60).move_by_offset(-20, 50).release().perform()
+        # The prepared input, then the ten digits: one row of 11 tiles at scale 3.
+        width, height = grid_shape(11, 11, scale=3)[1], grid_shape(11, 11, scale=3)[0]
+        wait.until(lambda d: image_width(d, "transfer-grid") == width)
+        assert driver.execute_script(
+            "return document.getElementById('transfer-grid').naturalHeight") == height
+        assert grid_tiles_with_ink(driver, "transfer-grid", 11, scale=3) == 11
+        status = driver.find_element(By.ID, "transfer-status").text
+        assert status.startswith("read as ") and f"step {max(trained_run.steps)}" in status
+
+        # Undo leaves a blank pad; Transfer then says so, from the server's message.
+        driver.find_element(By.ID, "undo").click()
+        driver.find_element(By.ID, "transfer").click()
+        wait.until(lambda d: "blank" in d.find_element(By.ID, "transfer-status").text)
+        assert "error" in driver.find_element(By.ID, "transfer-status").get_attribute("class")

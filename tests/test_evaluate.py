@@ -77,6 +77,9 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     assert len(fid["samples"]["accuracy_per_digit"]) == 10
     assert 0 <= fid["samples"]["accuracy"] <= 1 and fid["real"]["fd"] >= 0
     assert (data_dir / "classifier").is_dir()  # cached beside the data
+    swap = results["label_swap"]
+    assert swap["swaps"] == 9 * 64 and 0 <= swap["accuracy"] <= 1
+    assert "label swap (64 digits x 9 labels)" in table and "style survival r" in table
     for name, (cols, rows) in reports.report_shapes().items():
         path = out.parent / name
         assert path.is_file()

@@ -126,10 +126,11 @@ def test_posterior_mean_needs_no_seed_and_random_draws_report_theirs(client, dig
 
 def test_transfers_batched_together_give_the_bytes_they_give_alone(client, trained_run):
     images = trained_run.data.test_images
-    calls = [(f"/transfer?samples={i % 3}&seed={i}&show_input=true", encoded(images[i]))
-             for i in range(10)]
+    calls = [("/sample?digit=1&n=3&seed=2", None)]  # decoded alone, held by the gate
+    calls += [(f"/transfer?samples={i % 3}&seed={i}&show_input=true", encoded(images[i]))
+              for i in range(10)]
     calls += [(f"/interpolate?digit={i}&seed={i}&steps=4", None) for i in range(3)]
-    calls += [("/sample?digit=1&n=3&seed=2", None), ("/interpolate?walk=digits&seed=8", None)]
+    calls += [("/sample?digit=2&n=5&seed=3", None), ("/interpolate?walk=digits&seed=8", None)]
 
     def call(target, path, body):
         return (target.post(path, content=body) if body else target.get(path)).content
@@ -137,7 +138,7 @@ def test_transfers_batched_together_give_the_bytes_they_give_alone(client, train
     alone = [call(client, path, body) for path, body in calls]
     with TestClient(create_app(trained_run.directory, poll_interval=3600)) as batching:
         gated = GatedDecoder(batching.app.state.watcher.current.sampler)
-        gated.encode = gated.sampler.encode
+        gated.encode, gated.decode_codes = gated.sampler.encode, gated.sampler.decode_codes
         serve_with(batching, gated)
         with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
             first = pool.submit(call, batching, *calls[0])

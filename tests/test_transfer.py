@@ -29,6 +29,19 @@ def test_encoding_a_row_alone_or_among_many_gives_the_same_bits(sampler, trained
             assert np.array_equal(whole[i], single[0]) and np.array_equal(big[i + 64], single[0])
 
 
+def test_codes_are_decoded_by_the_model_as_they_are(sampler, trained_run):
+    """A transfer's rows are posterior latents: decoded by CVAE.decode itself, whatever the
+    sampler does to prior draws."""
+    from cvae.model import CVAE, create_model, pixel_means
+
+    image, label = trained_run.data.test_images[2], int(trained_run.data.test_labels[2])
+    [codes] = transfer_latents([TransferRequest(image, label, DIGITS, 0, 0)], sampler)
+    model = create_model(sampler.config)
+    direct = pixel_means(model.apply(sampler.variables, codes.z, codes.labels,
+                                     method=CVAE.decode)).reshape(-1, 28, 28)
+    np.testing.assert_allclose(sampler.decode_codes(codes.z, codes.labels), direct, atol=1e-6)
+
+
 def test_posterior_mean_rows_are_the_mean_decoded_with_each_digit(sampler, trained_run):
     image, label = trained_run.data.test_images[3], int(trained_run.data.test_labels[3])
     [(z, labels, used)] = transfer_latents(
