@@ -181,25 +181,25 @@ def post_script(directory: str, body: bytes) -> str:
     return str(script_path)
 
 
-def measure_transfer(port: int, pid: int, workers: int, script: str, seconds: float,
-                     repeats: int, warmup: float, log=print) -> list[dict]:
-    """/transfer and /sample at TRANSFER_CONCURRENCY, interleaved; medians over the repeats."""
-    calls = {"sample": (ENDPOINTS["project"], None), "transfer": (TRANSFER_PATH, script)}
-    for path, body in calls.values():
-        wrk(port, path, TRANSFER_CONCURRENCY, warmup, pid, body)
+def measure_level(port: int, pid: int, workers: int, concurrency: int, calls: dict,
+                  seconds: float, repeats: int, warmup: float, log=print) -> list[dict]:
+    """`calls` ({name: (path, wrk script or None)}) at one concurrency: each warmed, then run
+    interleaved `repeats` times; one row of medians per name."""
+    for path, script in calls.values():
+        wrk(port, path, concurrency, warmup, pid, script)
     runs = {name: [] for name in calls}
     for _ in range(repeats):
-        for name, (path, body) in calls.items():
-            runs[name].append(wrk(port, path, TRANSFER_CONCURRENCY, seconds, pid, body))
+        for name, (path, script) in calls.items():
+            runs[name].append(wrk(port, path, concurrency, seconds, pid, script))
     rows = []
     for name, results in runs.items():
-        row = {"workers": workers, "concurrency": TRANSFER_CONCURRENCY, "endpoint": name,
+        row = {"workers": workers, "concurrency": concurrency, "endpoint": name,
                "repeats": repeats, **{key: statistics.median(r[key] for r in results)
                                       for key in ("rps", "p50_ms", "p99_ms", "cpu_ms")},
                "requests": sum(r["requests"] for r in results),
                "errors": sum(r["errors"] for r in results)}
         rows.append(row)
-        log(f"workers {workers} c={TRANSFER_CONCURRENCY} {name}: {row['rps']:.0f} req/s, "
+        log(f"workers {workers} c={concurrency} {name}: {row['rps']:.0f} req/s, "
             f"p99 {row['p99_ms']:.1f} ms, {row['cpu_ms']:.3f} ms CPU/req")
     return rows
 
@@ -207,29 +207,20 @@ def measure_transfer(port: int, pid: int, workers: int, script: str, seconds: fl
 def measure(checkpoint_dir: str, workers_list: list[int], concurrencies: list[int],
             seconds: float, repeats: int, warmup: float, log=print,
             transfer_script: str | None = None) -> list[dict]:
+    """ENDPOINTS at each concurrency, then (with `transfer_script`) /transfer beside /sample
+    at TRANSFER_CONCURRENCY, for each worker count."""
+    sampling = {name: (path, None) for name, path in ENDPOINTS.items()}
+    transfer = {"sample": (ENDPOINTS["project"], None), "transfer": (TRANSFER_PATH,
+                                                                    transfer_script)}
     rows = []
     for workers in workers_list:
         with bench_server(checkpoint_dir, workers) as (port, pid):
             for concurrency in concurrencies:
-                for path in ENDPOINTS.values():  # warm every endpoint at this level
-                    wrk(port, path, concurrency, warmup, pid)
-                runs = {name: [] for name in ENDPOINTS}
-                for _ in range(repeats):
-                    for name, path in ENDPOINTS.items():
-                        runs[name].append(wrk(port, path, concurrency, seconds, pid))
-                for name, results in runs.items():
-                    row = {"workers": workers, "concurrency": concurrency, "endpoint": name,
-                           "repeats": repeats,
-                           **{key: statistics.median(r[key] for r in results)
-                              for key in ("rps", "p50_ms", "p99_ms", "cpu_ms")},
-                           "requests": sum(r["requests"] for r in results),
-                           "errors": sum(r["errors"] for r in results)}
-                    rows.append(row)
-                    log(f"workers {workers} c={concurrency} {name}: {row['rps']:.0f} req/s, "
-                        f"p99 {row['p99_ms']:.1f} ms, {row['cpu_ms']:.3f} ms CPU/req")
+                rows += measure_level(port, pid, workers, concurrency, sampling, seconds,
+                                      repeats, warmup, log)
             if transfer_script is not None:
-                rows += measure_transfer(port, pid, workers, transfer_script, seconds, repeats,
-                                         warmup, log)
+                rows += measure_level(port, pid, workers, TRANSFER_CONCURRENCY, transfer,
+                                      seconds, repeats, warmup, log)
     return rows
 
 

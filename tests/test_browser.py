@@ -76,38 +76,52 @@ def image_width(driver, image_id: str = "grid") -> int:
         "return img.complete ? img.naturalWidth : 0;", image_id)
 
 
-def test_page_draws_the_chosen_digit_grid(trained_run):
+@pytest.fixture(scope="module")
+def browser(trained_run):
+    """(driver, url): headless Chromium, and the app on a free loopback port; one per module."""
     if (reason := browser_missing()):
         pytest.skip(reason)
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select, WebDriverWait
-
     with uvicorn_in_thread(create_app(trained_run.directory)) as url, \
             headless_chromium() as driver:
-        driver.get(f"{url}/")
-        wait = WebDriverWait(driver, 60)
-        # On load the page draws all digits: 10 rows, n = 16 columns, scale 2.
-        all_digits_width = grid_shape(160, 16, scale=2)[1]
-        wait.until(lambda d: image_width(d) == all_digits_width)
+        yield driver, url
 
-        Select(driver.find_element(By.ID, "digit")).select_by_value("3")
-        n_field = driver.find_element(By.ID, "n")
-        n_field.clear()
-        n_field.send_keys("9")
-        driver.find_element(By.ID, "generate").click()
-        one_digit_width = grid_shape(9, 3, scale=2)[1]  # ceil(sqrt(9)) = 3 columns
-        wait.until(lambda d: image_width(d) == one_digit_width)
-        status = driver.find_element(By.ID, "status").text
-        assert f"checkpoint step {max(trained_run.steps)}" in status
 
-        seed_before = driver.find_element(By.ID, "seed").get_attribute("value")
-        source_before = driver.find_element(By.ID, "grid").get_attribute("src")
-        driver.find_element(By.ID, "new-seed").click()
-        wait.until(lambda d: d.find_element(By.ID, "grid").get_attribute("src") != source_before)
-        seed_after = driver.find_element(By.ID, "seed").get_attribute("value")
-        assert seed_after != seed_before
-        wait.until(lambda d: f"seed {seed_after}," in d.find_element(By.ID, "status").text)
-        assert image_width(driver) == one_digit_width
+def open_page(browser):
+    """Loads `/` afresh; returns the driver and a 60 s waiter."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver, url = browser
+    driver.get(f"{url}/")
+    return driver, WebDriverWait(driver, 60)
+
+
+def test_page_draws_the_chosen_digit_grid(browser, trained_run):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver, wait = open_page(browser)
+    # On load the page draws all digits: 10 rows, n = 16 columns, scale 2.
+    all_digits_width = grid_shape(160, 16, scale=2)[1]
+    wait.until(lambda d: image_width(d) == all_digits_width)
+
+    Select(driver.find_element(By.ID, "digit")).select_by_value("3")
+    n_field = driver.find_element(By.ID, "n")
+    n_field.clear()
+    n_field.send_keys("9")
+    driver.find_element(By.ID, "generate").click()
+    one_digit_width = grid_shape(9, 3, scale=2)[1]  # ceil(sqrt(9)) = 3 columns
+    wait.until(lambda d: image_width(d) == one_digit_width)
+    status = driver.find_element(By.ID, "status").text
+    assert f"checkpoint step {max(trained_run.steps)}" in status
+
+    seed_before = driver.find_element(By.ID, "seed").get_attribute("value")
+    source_before = driver.find_element(By.ID, "grid").get_attribute("src")
+    driver.find_element(By.ID, "new-seed").click()
+    wait.until(lambda d: d.find_element(By.ID, "grid").get_attribute("src") != source_before)
+    seed_after = driver.find_element(By.ID, "seed").get_attribute("value")
+    assert seed_after != seed_before
+    wait.until(lambda d: f"seed {seed_after}," in d.find_element(By.ID, "status").text)
+    assert image_width(driver) == one_digit_width
 
 
 def grid_tiles_with_ink(driver, image_id: str, count: int, scale: int, pad: int = 2) -> int:
@@ -130,34 +144,28 @@ def grid_tiles_with_ink(driver, image_id: str, count: int, scale: int, pad: int 
         return inked;""", image_id, count, 28 * scale, pad)
 
 
-def test_drawing_a_digit_shows_it_in_all_ten_digits(trained_run):
-    if (reason := browser_missing()):
-        pytest.skip(reason)
+def test_drawing_a_digit_shows_it_in_all_ten_digits(browser, trained_run):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    with uvicorn_in_thread(create_app(trained_run.directory)) as url, \
-            headless_chromium() as driver:
-        driver.get(f"{url}/")
-        wait = WebDriverWait(driver, 60)
-        canvas = driver.find_element(By.ID, "canvas")
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
-        # A 7 in one stroke (offsets from the canvas centre); releasing it sends the transfer.
-        ActionChains(driver).move_to_element_with_offset(canvas, -50, -90).click_and_hold() \
-            .move_by_offset(40, 0).move_by_offset(50, 0).move_by_offset(-30, 60) \
-            .move_by_offset(-30, 60).move_by_offset(-20, 50).release().perform()
-        # The prepared input, then the ten digits: one row of 11 tiles at scale 3.
-        width, height = grid_shape(11, 11, scale=3)[1], grid_shape(11, 11, scale=3)[0]
-        wait.until(lambda d: image_width(d, "transfer-grid") == width)
-        assert driver.execute_script(
-            "return document.getElementById('transfer-grid').naturalHeight") == height
-        assert grid_tiles_with_ink(driver, "transfer-grid", 11, scale=3) == 11
-        status = driver.find_element(By.ID, "transfer-status").text
-        assert status.startswith("read as ") and f"step {max(trained_run.steps)}" in status
+    driver, wait = open_page(browser)
+    canvas = driver.find_element(By.ID, "canvas")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+    # A 7 in one stroke (offsets from the canvas centre); releasing it sends the transfer.
+    ActionChains(driver).move_to_element_with_offset(canvas, -50, -90).click_and_hold() \
+        .move_by_offset(40, 0).move_by_offset(50, 0).move_by_offset(-30, 60) \
+        .move_by_offset(-30, 60).move_by_offset(-20, 50).release().perform()
+    # The prepared input, then the ten digits: one row of 11 tiles at scale 3.
+    width, height = grid_shape(11, 11, scale=3)[1], grid_shape(11, 11, scale=3)[0]
+    wait.until(lambda d: image_width(d, "transfer-grid") == width)
+    assert driver.execute_script(
+        "return document.getElementById('transfer-grid').naturalHeight") == height
+    assert grid_tiles_with_ink(driver, "transfer-grid", 11, scale=3) == 11
+    status = driver.find_element(By.ID, "transfer-status").text
+    assert status.startswith("read as ") and f"step {max(trained_run.steps)}" in status
 
-        # Undo leaves a blank pad; Transfer then says so, from the server's message.
-        driver.find_element(By.ID, "undo").click()
-        driver.find_element(By.ID, "transfer").click()
-        wait.until(lambda d: "blank" in d.find_element(By.ID, "transfer-status").text)
-        assert "error" in driver.find_element(By.ID, "transfer-status").get_attribute("class")
+    # Undo leaves a blank pad; Transfer then says so, from the server's message.
+    driver.find_element(By.ID, "undo").click()
+    driver.find_element(By.ID, "transfer").click()
+    wait.until(lambda d: "blank" in d.find_element(By.ID, "transfer-status").text)
+    assert "error" in driver.find_element(By.ID, "transfer-status").get_attribute("class")
