@@ -110,23 +110,21 @@ def describe(data: bytes) -> str:
 
 
 def _luminance(image: Image.Image) -> np.ndarray:
-    """Opaque 8-bit luminance in [0, 1], shrunk to WORK_SIDE; alpha laid over a contrasting
-    background."""
+    """Opaque 8-bit luminance in [0, 1], shrunk to WORK_SIDE first (so a large picture never
+    becomes a large float array); alpha laid over a contrasting background."""
     has_alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
-    if has_alpha:
-        rgba = np.asarray(image.convert("RGBA"), np.float32) / 255.0
-        alpha = rgba[..., 3]
-        gray = rgba[..., :3] @ np.float32([0.299, 0.587, 0.114])  # ITU-R 601-2, as Pillow's "L"
-        weight = alpha.sum()
-        ink_is_dark = weight == 0 or float((gray * alpha).sum() / weight) < 0.5
-        background = np.float32(1.0 if ink_is_dark else 0.0)
-        gray = alpha * gray + (1 - alpha) * background
-        image = Image.fromarray(np.round(gray * 255).astype(np.uint8))
-    else:
-        image = image.convert("L")
-    if max(image.size) > WORK_SIDE:
+    image = image.convert("RGBA" if has_alpha else "L")
+    if max(image.size) > WORK_SIDE:  # Pillow resizes RGBA with premultiplied alpha
         image.thumbnail((WORK_SIDE, WORK_SIDE), Image.Resampling.BOX)
-    return np.asarray(image, np.float32) / 255.0
+    if not has_alpha:
+        return np.asarray(image, np.float32) / 255.0
+    rgba = np.asarray(image, np.float32) / 255.0
+    alpha = rgba[..., 3]
+    gray = rgba[..., :3] @ np.float32([0.299, 0.587, 0.114])  # ITU-R 601-2, as Pillow's "L"
+    weight = alpha.sum()
+    ink_is_dark = weight == 0 or float((gray * alpha).sum() / weight) < 0.5
+    background = np.float32(1.0 if ink_is_dark else 0.0)
+    return np.round((alpha * gray + (1 - alpha) * background) * 255) / np.float32(255)
 
 
 def ink(gray: np.ndarray) -> np.ndarray:

@@ -36,11 +36,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cvae.digit_image import ImageInputError
 from cvae.grid import grid_shape, make_grid, png_bytes
+from cvae.interpolation import DigitWalk, LatentWalk
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE, MAX_N,
                          MAX_PAD, MAX_SCALE, MAX_SEED, MAX_TEMPERATURE)
-from cvae.digit_image import ImageInputError
-from cvae.interpolation import DigitWalk, LatentWalk
 from cvae.sampling import DIGITS, LatentRequest, grid_columns
 from cvae.transfer import TransferRequest, transfer_tiles
 from service import transfer_api

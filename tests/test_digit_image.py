@@ -84,6 +84,8 @@ def test_strokes_on_a_transparent_canvas_are_found_whatever_their_colour():
     for ink in ((0, 0, 0, 255), (255, 255, 255, 255)):
         canvas = seven(ink=ink, paper=(0, 0, 0, 0), mode="RGBA")
         assert np.array_equal(prepare_digit(encoded(canvas)), reference), ink
+        large = seven(size=(1400, 1400), width=110, ink=ink, paper=(0, 0, 0, 0), mode="RGBA")
+        assert np.abs(prepare_digit(encoded(large)).astype(int) - reference).mean() < 3.0
 
 
 def test_jpeg_and_large_pictures_give_nearly_the_same_digit():
