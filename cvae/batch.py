@@ -4,9 +4,9 @@ The service's batcher (service/batching.py) gathers whatever requests arrive tog
 samples (`cvae.sampling.LatentRequest`), latent walks (`cvae.interpolation`) and style
 transfers (`cvae.transfer.TransferRequest`, which need the encoder). `batch_rows` computes each
 kind's rows in one call per kind, in the batcher's worker thread; the batcher then decodes all
-prior draws in one `Sampler.decode` and all transfers' codes (`cvae.sampling.Codes`) in one
-`Sampler.decode_codes`. Every step is row-wise, so a request's pixels do not depend on
-what it was batched with.
+prior draws in one `Sampler.decode` and all codes (`cvae.sampling.Codes`: transfers' posterior
+latents and walks' points) in one `Sampler.decode_codes`. Every step is row-wise, so a
+request's pixels do not depend on what it was batched with.
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ from cvae.transfer import TransferRequest, transfer_latents
 # kind -> (requests of that kind, sampler) -> one (z, labels) or Codes per request
 ROWS_BY_KIND: dict[type, Callable] = {
     LatentRequest: lambda requests, sampler: batch_latents(requests, sampler.latent_dim),
-    LatentWalk: lambda requests, sampler: walk_latents(requests, sampler.latent_dim),
-    DigitWalk: lambda requests, sampler: walk_latents(requests, sampler.latent_dim),
+    LatentWalk: walk_latents,
+    DigitWalk: walk_latents,
     TransferRequest: transfer_latents,
 }
 
 
 def batch_rows(requests: list, sampler: Sampler) -> list[tuple]:
     """One (z f32[rows, L], labels i32[rows]) of prior draws per request, in order, or for a
-    transfer its `Codes` (which also carry the label its image was encoded with)."""
+    walk or transfer its `Codes` (a transfer's also carry the label its image was encoded
+    with)."""
     kinds: dict[type, list[int]] = {}
     for index, request in enumerate(requests):
         kinds.setdefault(type(request), []).append(index)

@@ -1,21 +1,27 @@
 """Walks through the model's latent space, for `GET /interpolate`.
 
-Two walks, both made of `/sample`'s own latents (z of seed s and digit d is the first row that
-`/sample?digit=d&seed=s` draws), so their ends are pictures `/sample` gives too:
+Two walks, both made of `/sample`'s own latents: z of seed s and digit d is the code that the
+first picture of `/sample?digit=d&seed=s` decodes (its prior draw, mapped through the model's
+prior: `Sampler.to_codes`), so their ends are the pictures `/sample` gives (bit for bit with the
+standard prior; with a mixture prior the code is computed in its own program, which may round
+differently in the last bits):
 
-- `LatentWalk`: for each digit, `steps` points on the great circle from z(seed, d) to
-  z(to_seed, d) (spherical interpolation: under a Gaussian prior a straight line would pass
-  through unlikely, too-short z in the middle, which decode to faint average digits; White 2016,
-  "Sampling generative networks"). Row d starts with /sample's seed picture and ends with its
-  to_seed picture.
-- `DigitWalk`: keeps each of the n latents that `/sample?digit=d&seed=s&n=n` draws and decodes
-  it with every digit 0-9: one row per z, the same "hand" in all ten digits. Column d is
-  /sample's picture.
+- `LatentWalk`: for each digit, `steps` codes from z(seed, d) to z(to_seed, d), the direction
+  turning at a constant rate and the length changing linearly (spherical interpolation: under a
+  Gaussian prior a straight line would pass through unlikely, too-short z in the middle, which
+  decode to faint average digits; White 2016, "Sampling generative networks"). Row d starts
+  with /sample's seed picture and ends with its to_seed picture.
+- `DigitWalk`: keeps each of the n codes of `/sample?digit=d&seed=s&n=n` and decodes it with
+  every digit 0-9 (carried to each digit's region first, as a transfer does: `Sampler.swap`):
+  one row per z, the same "hand" in all ten digits. Column d is /sample's picture.
+
+The walks are codes (`cvae.sampling.Codes`), decoded as they are: walking the prior's noise
+instead would, with a mixture prior, jump between its components along the way.
 
 Synopsis:
 
-    [(z, labels)] = walk_latents([LatentWalk(seed=1, to_seed=2, digits=(7,), steps=10,
-                                             temperature=1.0)], latent_dim)
+    [codes] = walk_latents([LatentWalk(seed=1, to_seed=2, digits=(7,), steps=10,
+                                       temperature=1.0)], sampler)
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cvae.sampling import DIGITS, LatentRequest, batch_latents
+from cvae.sampling import DIGITS, Codes, LatentRequest, Sampler, batch_latents
 
 
 class LatentWalk(NamedTuple):
@@ -73,9 +79,9 @@ def slerp(a: np.ndarray, b: np.ndarray, steps: int) -> np.ndarray:
     return path
 
 
-def walk_latents(walks: list[LatentWalk | DigitWalk], latent_dim: int
-                 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(z f32[rows, L], labels i32[rows]) for each walk; the draws in one `batch_latents` call."""
+def walk_latents(walks: list[LatentWalk | DigitWalk], sampler: Sampler) -> list[Codes]:
+    """Codes(z f32[rows, L], labels i32[rows]) for each walk: the draws in one `batch_latents`
+    call, mapped to codes in one `Sampler.to_codes` call."""
     draws = []
     for walk in walks:
         if isinstance(walk, LatentWalk):
@@ -83,16 +89,18 @@ def walk_latents(walks: list[LatentWalk | DigitWalk], latent_dim: int
                       LatentRequest(walk.to_seed, walk.digits, 1, walk.temperature)]
         else:
             draws.append(LatentRequest(walk.seed, (walk.digit,), walk.n, walk.temperature))
-    drawn = iter(batch_latents(draws, latent_dim))
+    drawn = batch_latents(draws, sampler.latent_dim)
+    noise = np.concatenate([z for z, _ in drawn])
+    codes = sampler.to_codes(noise, np.concatenate([labels for _, labels in drawn]))
+    parts = iter(np.split(codes, np.cumsum([len(z) for z, _ in drawn])[:-1]))
     results = []
     for walk in walks:
         if isinstance(walk, LatentWalk):
-            (starts, _), (ends, _) = next(drawn), next(drawn)
+            starts, ends = next(parts), next(parts)
             z = np.concatenate([slerp(a, b, walk.steps) for a, b in zip(starts, ends)])
             labels = np.repeat(np.asarray(walk.digits, np.int32), walk.steps)
         else:
-            kept, _ = next(drawn)
-            z = np.repeat(kept, len(DIGITS), axis=0)
             labels = np.tile(np.asarray(DIGITS, np.int32), walk.n)
-        results.append((z, labels))
+            z = sampler.swap(np.repeat(next(parts), len(DIGITS), axis=0), walk.digit, labels)
+        results.append(Codes(z, labels))
     return results

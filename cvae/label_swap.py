@@ -2,8 +2,10 @@
 label, in the same hand?
 
 - Accuracy: every test digit x of class a is encoded with its label (the posterior mean z) and
-  decoded with each of the nine labels b != a; the share of those 9N pictures the fidelity
-  classifier (`cvae.fidelity`) reads as b. Also per target digit, and for every pair (a, b).
+  decoded with each of the nine labels b != a, as `POST /transfer` does it (with a per-class
+  prior, z is first carried to b's region: cvae/transport.py); the share of those 9N pictures
+  the fidelity classifier (`cvae.fidelity`) reads as b. Also per target digit, and for every
+  pair (a, b); with a per-class prior the same figures without the transport ("direct").
 - Style survival: how much of the writer's hand the swap keeps, measured on two properties of
   handwriting that every digit has: slant (the shear MNIST deskewing removes: how far the ink
   moves right per row up) and stroke width (2 x ink area / ink perimeter, ink = pixels >= 0.5).
@@ -81,53 +83,65 @@ def measure(images: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
-    """Every figure of the module docstring for the test digits `images_u8` (uint8[N, 28, 28])."""
+    """Every figure of the module docstring for the test digits `images_u8` (uint8[N, 28, 28]).
+
+    The swaps are made as `POST /transfer` makes them (`sampler.swap`: carried to the target
+    class's region when the prior differs per class); with such a prior, "direct" also scores
+    the codes decoded as they are, for comparison.
+    """
     labels = np.asarray(labels, np.int32)
     count = len(labels)
     mean, _, _ = sampler.encode(images_u8, labels)
     shifts = np.arange(1, NUM_CLASSES)
     targets = ((labels[:, None] + shifts[None, :]) % NUM_CLASSES).reshape(-1).astype(np.int32)
-    swapped = sampler.decode_codes(np.repeat(mean, len(shifts), axis=0), targets)
+    sources = np.repeat(labels, len(shifts))
+    codes = np.repeat(mean, len(shifts), axis=0)
     own = sampler.decode_codes(mean, labels)
     # Floor: a prior sample for each source, decoded as one of its targets.
     floor_targets = targets.reshape(count, -1)[np.arange(count), np.arange(count) % len(shifts)]
     noise = np.asarray(jax.random.normal(jax.random.key(seed), (count, sampler.latent_dim)))
     prior = sampler.decode(noise, floor_targets)
-
-    logits, _ = classifier.logits_and_features(swapped)
-    read = logits.argmax(axis=1)
-    correct = read == targets
-    sources = np.repeat(labels, len(shifts))
-    pairs = np.full((NUM_CLASSES, NUM_CLASSES), np.nan)
-    for a in range(NUM_CLASSES):
-        for b in range(NUM_CLASSES):
-            members = (sources == a) & (targets == b)
-            if members.any():
-                pairs[a, b] = correct[members].mean()
-    worst = np.unravel_index(np.nanargmin(pairs), pairs.shape)
-
     real = images_u8.astype(np.float32) / 255.0
-    real_attributes, style = measure(real), {}
-    for name, values in measure(swapped).items():
-        source = standardised(real_attributes[name], labels)
-        style[name] = {
-            "swap_r": correlation(np.repeat(source, len(shifts)),
-                                  standardised(values, targets)),
-            "reconstruction_r": correlation(source, standardised(measure(own)[name], labels)),
-            "prior_sample_r": correlation(source, standardised(measure(prior)[name],
-                                                               floor_targets)),
-        }
-    return {
-        "digits": count, "swaps": int(len(targets)),
-        "accuracy": float(correct.mean()),
-        "accuracy_per_target": [float(correct[targets == b].mean()) for b in range(NUM_CLASSES)],
-        "accuracy_pairs": [[None if np.isnan(v) else float(v) for v in row] for row in pairs],
-        "worst_pair": {"from": int(worst[0]), "to": int(worst[1]),
-                       "accuracy": float(pairs[worst])},
-        "target": TARGET_ACCURACY, "target_met": bool(correct.mean() >= TARGET_ACCURACY),
-        "style": style,
-        "reconstruction_mse": float(np.mean((own - real) ** 2)),
-    }
+    source_style = {name: standardised(values, labels) for name, values in measure(real).items()}
+    references = {
+        name: {"reconstruction_r": correlation(source_style[name],
+                                               standardised(values, labels)),
+               "prior_sample_r": correlation(source_style[name],
+                                             standardised(measure(prior)[name], floor_targets))}
+        for name, values in measure(own).items()}
+
+    def scored(swapped: np.ndarray) -> dict:
+        logits, _ = classifier.logits_and_features(swapped)
+        correct = logits.argmax(axis=1) == targets
+        pairs = np.full((NUM_CLASSES, NUM_CLASSES), np.nan)
+        for a in range(NUM_CLASSES):
+            for b in range(NUM_CLASSES):
+                members = (sources == a) & (targets == b)
+                if members.any():
+                    pairs[a, b] = correct[members].mean()
+        worst = np.unravel_index(np.nanargmin(pairs), pairs.shape)
+        style = {name: {"swap_r": correlation(np.repeat(source_style[name], len(shifts)),
+                                              standardised(values, targets)),
+                        **references[name]}
+                 for name, values in measure(swapped).items()}
+        return {
+            "accuracy": float(correct.mean()),
+            "accuracy_per_target": [float(correct[targets == b].mean())
+                                    for b in range(NUM_CLASSES)],
+            "accuracy_pairs": [[None if np.isnan(v) else float(v) for v in row]
+                               for row in pairs],
+            "worst_pair": {"from": int(worst[0]), "to": int(worst[1]),
+                           "accuracy": float(pairs[worst])},
+            "target": TARGET_ACCURACY, "target_met": bool(correct.mean() >= TARGET_ACCURACY),
+            "style": style}
+
+    result = {"digits": count, "swaps": int(len(targets)),
+              **scored(sampler.decode_codes(sampler.swap(codes, sources, targets), targets)),
+              "reconstruction_mse": float(np.mean((own - real) ** 2)),
+              "transport": getattr(sampler, "transport", None) is not None}
+    if result["transport"]:
+        result["direct"] = scored(sampler.decode_codes(codes, targets))
+    return result
 
 
 def summary_lines(swap: dict) -> list[str]:
@@ -141,5 +155,10 @@ def summary_lines(swap: dict) -> list[str]:
     for name, r in swap["style"].items():
         lines.append(f"  {'  ' + name:<22}{r['swap_r']:>8.3f}{r['reconstruction_r']:>11.3f}"
                      f"{r['prior_sample_r']:>8.3f}")
+    if "direct" in swap:
+        direct = swap["direct"]
+        lines.append(f"  without the class transport: {direct['accuracy']:.4f} read as the new "
+                     f"label; style r slant {direct['style']['slant']['swap_r']:.3f}, stroke "
+                     f"width {direct['style']['stroke_width']['swap_r']:.3f}")
     lines.append(f"  {'own-label reconstruction MSE':<34}{swap['reconstruction_mse']:>10.4f}")
     return lines

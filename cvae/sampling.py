@@ -18,28 +18,45 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cvae import prior as prior_lib
 from cvae.config import NUM_CLASSES, Config
 from cvae.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.losses import kl_divergence, reconstruction
 from cvae.model import CVAE, IMAGE_PIXELS, create_model, pixel_means
+from cvae.transport import ClassTransport, class_transport
 
 DIGITS = tuple(range(NUM_CLASSES))
 
 
-def create_decode_fn(model: CVAE, config: Config) -> Callable:
+def create_decode_fn(model: CVAE, config: Config, codes: bool = False) -> Callable:
     """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
 
     z is the sampling noise, N(0, t^2 I); the model's prior maps it to its latent (the identity
-    for the standard prior).
+    for the standard prior). With `codes`, z are latents (codes) decoded as they are.
     """
+    method = CVAE.decode if codes else CVAE.generate
 
     @jax.jit
     def decode(variables, z, labels):
-        logits = model.apply(variables, z, labels, method=CVAE.generate)
+        logits = model.apply(variables, z, labels, method=method)
         return pixel_means(logits).reshape(-1, 28, 28)
 
     return decode
+
+
+def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
+    """Jitted `prior(variables, noise f32[B, L], labels i32[B]) -> codes f32[B, L]`: the latent
+    that `generate` decodes for that noise; None for the standard prior (the identity)."""
+    if config.prior == "standard":
+        return None
+
+    @jax.jit
+    def prior(variables, noise, labels):
+        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise,
+                                labels)
+
+    return prior
 
 
 def create_encode_fn(model: CVAE, config: Config) -> Callable:
@@ -91,12 +108,12 @@ class LatentRequest(NamedTuple):
 
 
 class Codes(NamedTuple):
-    """Rows whose z are codes (posterior latents of given images), to decode as they are
-    (`Sampler.decode_codes`), not prior noise; `label` is the label the image was encoded with."""
+    """Rows whose z are codes (latents), to decode as they are (`Sampler.decode_codes`), not
+    prior noise: a transfer's posterior latents, or a latent walk's points."""
 
     z: np.ndarray  # f32[rows, L]
     labels: np.ndarray  # i32[rows]
-    label: int
+    label: int | None = None  # a transfer's: the label its image was encoded with
 
 
 def _bucket(size: int, minimum: int) -> int:
@@ -179,6 +196,16 @@ class Sampler:
     # Decodes codes as they are. `decode_fn` decodes prior draws: the same program while the
     # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
     code_decode_fn: Callable | None = None
+    prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
+    # Carries a code from one class to another for label swaps (cvae.transport); None: as is.
+    transport: ClassTransport | None = None
+
+    def swap(self, z: np.ndarray, source, target: np.ndarray) -> np.ndarray:
+        """Codes of class(es) `source` -> codes to decode with labels `target` (the identity
+        without a transport, and from a class to itself)."""
+        if self.transport is None:
+            return z
+        return self.transport.apply(z, np.broadcast_to(source, np.shape(target)), target)
 
     @property
     def latent_dim(self) -> int:
@@ -192,6 +219,14 @@ class Sampler:
     def decode_codes(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, 28, 28], the same blocks."""
         return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels)
+
+    def to_codes(self, noise: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Prior draws f32[B, L] -> the codes `decode` decodes them as (the prior's mapping),
+        through the same blocks; the draws themselves for the standard prior."""
+        if self.prior_fn is None:
+            return noise
+        codes = self._decode_blocks(self.prior_fn, noise, labels)
+        return codes.reshape(len(noise), self.latent_dim)
 
     def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
         outputs, start = [], 0
@@ -226,8 +261,8 @@ class Sampler:
         return mean, logvar, neg_elbo
 
     def check_blocks(self) -> tuple[int, ...]:
-        """Keep only the block sizes that decode (and encode) a row to the same bits as the
-        smallest one.
+        """Keep only the block sizes that decode (encode, map through the prior) a row to the
+        same bits as the smallest one.
 
         Compiles every size (so it doubles as the warm-up) and returns the sizes dropped. A
         request's pixels must not depend on how many rows it was decoded with.
@@ -242,8 +277,10 @@ class Sampler:
         for size in sorted(self.block_sizes):
             pad = size - smallest
             label_block = np.pad(labels, (0, pad))
-            outputs = [np.asarray(self.decode_fn(self.variables, np.pad(z, ((0, pad), (0, 0))),
-                                                 label_block))[:smallest]]
+            z_block = np.pad(z, ((0, pad), (0, 0)))
+            outputs = [np.asarray(fn(self.variables, z_block, label_block))[:smallest]
+                       for fn in (self.decode_fn, self.code_decode_fn, self.prior_fn)
+                       if fn is not None]
             if self.encode_fn is not None:
                 encoded = self.encode_fn(self.variables, np.pad(x, ((0, pad), (0, 0))),
                                          label_block)
@@ -297,5 +334,8 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
                    block_rows: int | None = None) -> Sampler:
     """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`)."""
     blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
+    prior_fn = create_prior_fn(model, config)
+    code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   create_encode_fn(model, config))
+                   create_encode_fn(model, config), code_decode_fn, prior_fn,
+                   class_transport(config, variables))

@@ -12,8 +12,10 @@ Synopsis:
     [codes] = transfer_latents([request], sampler)   # then sampler.decode_codes(*codes[:2])
 
 `samples=0` uses the posterior mean (one row); `samples=k` draws k z ~ q(z | x, y) with `seed`.
-Rows are draw-major: for each z, every digit in `digits`. Every step is row-wise (the encoder
-runs in the sampler's fixed blocks), so a request's values never depend on its batch.
+Rows are draw-major: for each z, every digit in `digits`, the code carried to that digit's
+region first when the model's prior differs per class (`Sampler.swap`, cvae/transport.py).
+Every step is row-wise (the encoder runs in the sampler's fixed blocks), so a request's values
+never depend on its batch.
 """
 
 from __future__ import annotations
@@ -63,8 +65,8 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[
         z = mean[picks[i]][None]
         if i in noise:  # z = mean + sigma * eps, eps ~ N(0, I) from (seed, label)
             z = z + np.exp(np.float32(0.5) * logvar[picks[i]])[None] * noise[i][0]
-        rows = np.repeat(z, len(request.digits), axis=0)
         row_labels = np.tile(np.asarray(request.digits, np.int32), len(z))
+        rows = sampler.swap(np.repeat(z, len(request.digits), axis=0), chosen[i], row_labels)
         results.append(Codes(rows, row_labels, chosen[i]))
     return results
 

@@ -202,5 +202,6 @@ class Batcher:
             images = (decoder.decode_codes if codes else decoder.decode)(z, labels)
             bounds = np.cumsum([batch[i].rows for i in members])[:-1]
             for i, part in zip(members, np.split(images, bounds)):
-                results[i] = (part, latents[i].label) if codes else part
+                label = latents[i].label if codes else None
+                results[i] = part if label is None else (part, label)
         return results

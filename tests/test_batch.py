@@ -18,7 +18,7 @@ def test_mixed_kinds_in_one_batch_get_the_rows_they_get_alone(trained_run):
                 DigitWalk(4, 1, 2, 1.0), TransferRequest(image, 3, (1, 2), 0, 0)]
     together = batch_rows(requests, sampler)
     kinds = [len(rows) for rows in together]
-    assert kinds == [2, 3, 2, 2, 2, 3]  # a transfer also says which label it encoded with
+    assert kinds == [2, 3, 3, 2, 3, 3]  # prior draws, or Codes (a transfer's with its label)
     for request, rows in zip(requests, together):
         [alone] = batch_rows([request], sampler)
         assert len(rows[0]) == request.rows

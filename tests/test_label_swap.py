@@ -80,6 +80,9 @@ class BarSampler:
         z = np.stack([shear, width, labels], axis=1).astype(np.float32)
         return z, np.zeros_like(z), np.zeros(len(z))
 
+    def swap(self, z, source, target):  # no class transport: codes as they are
+        return z
+
     def decode_codes(self, z, labels):
         if self.stand == "random hand":
             z = np.column_stack([self.rng.uniform(-0.2, 0.2, len(z)), z[:, 1:]])
