@@ -138,7 +138,7 @@ def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray, seed:
     result = {"digits": count, "swaps": int(len(targets)),
               **scored(sampler.decode_codes(sampler.swap(codes, sources, targets), targets)),
               "reconstruction_mse": float(np.mean((own - real) ** 2)),
-              "transport": getattr(sampler, "transport", None) is not None}
+              "transport": getattr(sampler, "class_transport", lambda: None)() is not None}
     if result["transport"]:
         result["direct"] = scored(sampler.decode_codes(codes, targets))
     return result

@@ -197,15 +197,26 @@ class Sampler:
     # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
     code_decode_fn: Callable | None = None
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
-    # Carries a code from one class to another for label swaps (cvae.transport); None: as is.
-    transport: ClassTransport | None = None
+    # (the mixture's `means` array, its transport): made on first use from `variables`, which
+    # callers may set after creating the sampler.
+    _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def class_transport(self) -> ClassTransport | None:
+        """How label swaps carry a code between classes (cvae.transport); None: as it is."""
+        if self.config.prior == "standard":
+            return None
+        means = self.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]["means"]
+        if self._transport is None or self._transport[0] is not means:
+            self._transport = (means, class_transport(self.config, self.variables))
+        return self._transport[1]
 
     def swap(self, z: np.ndarray, source, target: np.ndarray) -> np.ndarray:
         """Codes of class(es) `source` -> codes to decode with labels `target` (the identity
         without a transport, and from a class to itself)."""
-        if self.transport is None:
+        transport = self.class_transport()
+        if transport is None:
             return z
-        return self.transport.apply(z, np.broadcast_to(source, np.shape(target)), target)
+        return transport.apply(z, np.broadcast_to(source, np.shape(target)), target)
 
     @property
     def latent_dim(self) -> int:
@@ -337,5 +348,4 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
     prior_fn = create_prior_fn(model, config)
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   create_encode_fn(model, config), code_decode_fn, prior_fn,
-                   class_transport(config, variables))
+                   create_encode_fn(model, config), code_decode_fn, prior_fn)

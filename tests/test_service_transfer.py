@@ -137,8 +137,7 @@ def test_transfers_batched_together_give_the_bytes_they_give_alone(client, train
 
     alone = [call(client, path, body) for path, body in calls]
     with TestClient(create_app(trained_run.directory, poll_interval=3600)) as batching:
-        gated = GatedDecoder(batching.app.state.watcher.current.sampler)
-        gated.encode, gated.decode_codes = gated.sampler.encode, gated.sampler.decode_codes
+        gated = GatedSampler(batching.app.state.watcher.current.sampler)
         serve_with(batching, gated)
         with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
             first = pool.submit(call, batching, *calls[0])
@@ -148,6 +147,14 @@ def test_transfers_batched_together_give_the_bytes_they_give_alone(client, train
             gated.release.set()
             together = [first.result()] + [f.result() for f in rest]
     assert together == alone
+
+
+class GatedSampler(GatedDecoder):
+    """`GatedDecoder` (its `decode` waits for `release`) with the rest of the sampler's methods
+    (encoder, codes, prior) passed through."""
+
+    def __getattr__(self, name):
+        return getattr(self.sampler, name)
 
 
 # ---- /transfer: bad uploads -------------------------------------------------------------------
