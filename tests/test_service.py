@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gc
 import io
 import os
 import shutil
@@ -279,6 +280,17 @@ def test_newer_checkpoints_are_swapped_in_and_corrupt_ones_skipped(tmp_path, tra
         shutil.rmtree(directory / "16")  # a step vanishing under the service: keep serving
         time.sleep(0.3)
         assert client.get("/sample?digit=5&seed=7").status_code == 200
+
+
+def test_the_collector_skips_the_loaded_heap_while_serving(trained_run):
+    """A full collection walks every tracked object; while serving, JAX, the frameworks and the
+    model are frozen out of it (service/app.py lifespan), and given back at shutdown."""
+    with TestClient(create_app(trained_run.directory, poll_interval=3600)) as client:
+        assert client.get("/sample?digit=1&n=1&seed=1").status_code == 200
+        frozen = gc.get_freeze_count()
+        gc.collect()
+        assert frozen > 50_000 and len(gc.get_objects()) < frozen // 10
+    assert gc.get_freeze_count() == 0
 
 
 def test_full_queue_is_503_with_retry_after(trained_run):
