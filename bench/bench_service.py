@@ -79,6 +79,19 @@ def cpu_seconds(pid: int) -> float:
     return total * CLOCK_TICK_S
 
 
+def settle(pid: int, idle_share: float = 0.1, interval: float = 0.2,
+           timeout: float = 10.0) -> None:
+    """Waits until the server uses under `idle_share` of a core, so that the requests wrk left
+    in flight when it stopped (a backlog of up to `concurrency` of them) are charged to the run
+    that sent them, not to the next one's CPU and tail latency."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        time.sleep(interval)
+        if cpu_seconds(pid) - before < idle_share * interval:
+            return
+
+
 @contextlib.contextmanager
 def running(command: list[str], port: int, workers: int, env: dict | None = None,
             timeout: float = 300.0):
@@ -145,6 +158,7 @@ def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int,
                f"http://127.0.0.1:{port}{path}"]
     cpu_before = cpu_seconds(server_pid)
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    settle(server_pid)
     cpu = cpu_seconds(server_pid) - cpu_before
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
