@@ -36,6 +36,7 @@ test: setup
 # About 5.6 GB (torch 2.14.1 is a CUDA build); .ci/run calls this after `make test`.
 TORCH_VENV := .venv-torch
 test-torch: $(TORCH_VENV)/.installed
+	$(TORCH_VENV)/bin/python -c "import torch, torchvision"  # a broken extra fails, not skips
 	$(TORCH_VENV)/bin/python -m pytest tests/test_data.py -k torchvision $(ARGS)
 
 $(TORCH_VENV)/.installed: pyproject.toml
