@@ -112,6 +112,9 @@ def describe(data: bytes) -> str:
 def _luminance(image: Image.Image) -> np.ndarray:
     """Opaque 8-bit luminance in [0, 1], shrunk to WORK_SIDE first (so a large picture never
     becomes a large float array); alpha laid over a contrasting background."""
+    if image.mode.startswith("I"):  # 16-bit grey (I;16*, or I from a 16-bit PNG): Pillow's
+        # convert("L") would clip at 255 rather than scale, so take the high byte
+        image = Image.fromarray((np.clip(np.asarray(image), 0, 65535) >> 8).astype(np.uint8))
     has_alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
     image = image.convert("RGBA" if has_alpha else "L")
     if max(image.size) > WORK_SIDE:  # Pillow resizes RGBA with premultiplied alpha
@@ -177,10 +180,15 @@ def _place(offset: float, extent: int) -> int:
 
 
 def as_is(gray: np.ndarray) -> np.ndarray:
-    """A 28x28 luminance picture taken as it is (light digit on dark, like MNIST) -> uint8."""
+    """A 28x28 luminance picture taken as it is (light digit on dark, like MNIST) -> uint8;
+    a blank one (all within MIN_CONTRAST of one level) is refused as with prepare=mnist."""
     if gray.shape != (FIELD, FIELD):
         raise WrongSize(f"prepare=none takes a 28x28 image as it is; this one is "
                         f"{gray.shape[1]}x{gray.shape[0]} (use prepare=mnist to fit it)")
+    spread = float(gray.max() - gray.min())
+    if spread < MIN_CONTRAST:
+        raise NoDigit(f"no digit found: the image is blank (its levels span {spread:.2f}; at "
+                      f"least {MIN_CONTRAST} of full scale is needed)")
     return np.round(gray * 255).astype(np.uint8)
 
 

@@ -246,14 +246,17 @@ async def validation_error_handler(request: Request, exc: RequestValidationError
     return JSONResponse({"message": describe_errors(errors), "detail": errors}, status_code=422)
 
 
-def too_large(params: SampleParams, rows: int, cols: int) -> JSONResponse | None:
-    height, width = grid_shape(rows, cols, params.scale, params.pad)
+def too_large(params, tiles: int, cols: int, count: str = "n") -> JSONResponse | None:
+    """The 422 for a grid of `tiles` over MAX_PIXELS (None when it fits); `count` names the
+    parameter that sets the number of tiles."""
+    height, width = grid_shape(tiles, cols, params.scale, params.pad)
     if height * width <= MAX_PIXELS:
         return None
-    message = (f"n, cols, scale, pad: the grid would be {width}x{height} px "
+    message = (f"{count}, cols, scale, pad: the grid would be {width}x{height} px "
                f"({height * width / 1e6:.1f} MP); at most {MAX_PIXELS / 1e6:.0f} MP per image, "
-               f"so lower n, scale or pad")
-    detail = [{"loc": ["query", "n"], "msg": message, "type": "value_error", "input": params.n}]
+               f"so lower {count}, scale or pad")
+    detail = [{"loc": ["query", count], "msg": message, "type": "value_error",
+               "input": getattr(params, count)}]
     return JSONResponse({"message": message, "detail": detail}, status_code=422)
 
 
@@ -383,6 +386,10 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
         covers the uploaded bytes, but is never answered 304: RFC 9110 answers a POST whose
         If-None-Match matches with 412, and shared caches do not store POST responses.
         """
+        cols = params.cols or len(params.digits) + params.show_input
+        tiles = (len(params.digits) + params.show_input) * max(1, params.samples)
+        if (refusal := too_large(params, tiles, cols, "samples")) is not None:
+            return refusal  # before the upload is read or decoded
         try:
             body = await transfer_api.read_body(request)
         except BodyTooLarge:
@@ -392,7 +399,6 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                                                     params.prepare)
         except ImageInputError as problem:
             return transfer_api.image_error(problem)
-        cols = params.cols or len(params.digits) + params.show_input
         seed = params.seed
         if params.samples and seed is None:
             seed = secrets.randbelow(RANDOM_SEED_LIMIT)
@@ -432,7 +438,8 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
         else:
             work = DigitWalk(seed, params.digit or 0, params.n, params.temperature)
             cols = params.cols or len(DIGITS)
-        if (refusal := too_large(params, work.rows, cols)) is not None:
+        count = "steps" if params.walk == "latent" else "n"
+        if (refusal := too_large(params, work.rows, cols, count)) is not None:
             return refusal
         headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
                    "Cache-Control": "no-store"}

@@ -140,6 +140,20 @@ def walk_size(path: str) -> tuple[int, int]:
     return width, height
 
 
+def transfer_size(path: str) -> tuple[int, int]:
+    """(width, height) of the PNG for a /transfer path (service/app.py's layout)."""
+    from cvae.grid import grid_shape
+
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    first = {k: v[0] for k, v in query.items()}
+    show_input = first.get("show_input", "").lower() in ("true", "1", "on", "yes")
+    row = len(query.get("digits", range(10))) + show_input
+    height, width = grid_shape(row * max(1, int(first.get("samples", 0))),
+                               int(first.get("cols", row)), int(first.get("scale", 1)),
+                               int(first.get("pad", 2)))
+    return width, height
+
+
 def png_size(body: bytes) -> tuple[int, int] | None:
     if body[:8] != b"\x89PNG\r\n\x1a\n" or body[12:16] != b"IHDR":
         return None
@@ -442,13 +456,14 @@ def _accepted(path: str, query: dict, body, response) -> None:
     if path == "/transfer" and response.status_code == 422:
         if _refused_upload(body, query, response.json()["detail"][0]["type"]):
             return
-    if path in ("/sample", "/interpolate") and response.status_code == 422:
+    if response.status_code == 422:
         from service.app import MAX_PIXELS
 
-        size = expected_size if path == "/sample" else walk_size
-        width, height = size(f"{path}?{urllib.parse.urlencode(query)}")
+        size = {"/sample": expected_size, "/interpolate": walk_size,
+                "/transfer": transfer_size}[path]
+        width, height = size(f"{path}?{urllib.parse.urlencode(query, doseq=True)}")
         message = response.json().get("message", "")
-        if width * height > MAX_PIXELS and message.startswith("n, cols, scale, pad: the grid"):
+        if width * height > MAX_PIXELS and ", cols, scale, pad: the grid" in message:
             return
     raise AssertionError(f"schema-valid {path}?{urllib.parse.urlencode(query)} got "
                          f"{response.status_code}: {response.text[:300]}")

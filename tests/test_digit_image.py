@@ -97,6 +97,14 @@ def test_jpeg_and_large_pictures_give_nearly_the_same_digit():
         assert np.abs(other - reference).mean() < 3.0
 
 
+@pytest.mark.parametrize("ink, paper", [(0, 65535), (1000, 60000), (60000, 1000)])
+def test_a_16_bit_grey_png_gives_the_digit_its_8_bit_twin_gives(ink, paper):
+    deep = Image.fromarray(np.where(np.asarray(seven()) == 0, ink, paper).astype(np.uint16))
+    assert Image.open(io.BytesIO(encoded(deep))).mode == "I;16"
+    twin = seven(ink=ink >> 8, paper=paper >> 8)
+    assert np.array_equal(prepare_digit(encoded(deep)), prepare_digit(encoded(twin)))
+
+
 def test_an_mnist_style_digit_comes_back_nearly_unchanged():
     once = prepare_digit(encoded(seven()))
     twice = prepare_digit(encoded(once))
@@ -108,6 +116,9 @@ def test_prepare_none_takes_28x28_pixels_as_they_are():
     assert np.array_equal(prepare_digit(encoded(pixels), "none"), pixels)
     with pytest.raises(WrongSize, match="28x28 .* 30x28"):
         prepare_digit(encoded(np.zeros((28, 30), np.uint8)), "none")
+    for level in (0, 255):  # blank as it is: refused like a blank canvas
+        with pytest.raises(NoDigit, match="blank"):
+            prepare_digit(encoded(np.full((28, 28), level, np.uint8)), "none")
 
 
 # ---- refused ---------------------------------------------------------------------------------

@@ -183,10 +183,23 @@ def test_bad_upload_gets_a_clear_message(client, body, status, kind, words):
     assert words in message
 
 
-def test_prepare_none_wants_28x28(client):
+def test_prepare_none_wants_28x28_and_not_blank(client):
     message = refused(client.post("/transfer?prepare=none", content=encoded(seven())), 422,
                       "wrong_size")
     assert "280x280" in message
+    blank = encoded(np.zeros((28, 28), np.uint8))
+    assert "blank" in refused(client.post("/transfer?prepare=none", content=blank), 422,
+                              "no_digit")
+
+
+def test_a_grid_over_the_pixel_bound_is_refused_before_the_upload_is_read(client):
+    # 64 rows of 703 tiles at 8x: 163104x472 px = 77 MP, over the 64 MP of every grid route
+    response = client.post("/transfer?samples=64&show_input=true&scale=8&pad=8&cols=703",
+                           content=b"not even an image")
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["detail"][0]["loc"] == ["query", "samples"] and "MP" in body["message"]
+    assert "lower samples, scale or pad" in body["message"]
 
 
 def test_body_over_the_limit_is_413_whether_its_length_is_declared_or_not(client):
