@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae import prior as prior_lib
+from cvae.blocks import DECODE_BLOCKS, block_check, plan_blocks
 from cvae.config import NUM_CLASSES, Config
 from cvae.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
@@ -160,29 +161,6 @@ def batch_latents(requests: list[LatentRequest], latent_dim: int
     return results
 
 
-# Decode block shapes. XLA's CPU dot picks its kernel by shape, and blocks of 56 rows or more
-# share one kernel here, so a row decodes to the same bits in any of these blocks (smaller blocks
-# do not: 1, 2-32 and 40-48 rows each give other bits). `Sampler.check_blocks` verifies this on
-# the running platform and keeps only the sizes that agree.
-DECODE_BLOCKS = (64, 128, 256, 512, 1024)
-_CALL_COST_ROWS = 8  # one more device call costs about as much as decoding 8 more rows
-
-
-@functools.lru_cache(maxsize=4096)
-def plan_blocks(rows: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """The block sizes that cover `rows` rows most cheaply (padded rows + call overhead)."""
-    if rows <= 0:
-        return ()
-    largest = max(sizes)
-    if rows >= largest:
-        return (largest, *plan_blocks(rows - largest, sizes))
-    options = [(min(s for s in sizes if s >= rows),)]
-    fitting = [s for s in sizes if s <= rows]
-    if fitting:
-        options.append((max(fitting), *plan_blocks(rows - max(fitting), sizes)))
-    return min(options, key=lambda plan: sum(plan) + _CALL_COST_ROWS * len(plan))
-
-
 @dataclasses.dataclass
 class Sampler:
     """Decodes latents in padded blocks of a few fixed sizes; holds one checkpoint's weights."""
@@ -197,6 +175,7 @@ class Sampler:
     # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
     code_decode_fn: Callable | None = None
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
+    dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
@@ -221,6 +200,11 @@ class Sampler:
     @property
     def latent_dim(self) -> int:
         return self.config.latent_dim
+
+    @property
+    def image_pixels(self) -> int:
+        """The width of `encode_fn`'s rows."""
+        return IMAGE_PIXELS
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Prior draws f32[B, L], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks`
@@ -272,36 +256,22 @@ class Sampler:
         return mean, logvar, neg_elbo
 
     def check_blocks(self) -> tuple[int, ...]:
-        """Keep only the block sizes that decode (encode, map through the prior) a row to the
-        same bits as the smallest one.
+        """Keep only the block sizes in which every row position gives a row the same bits.
 
-        Compiles every size (so it doubles as the warm-up) and returns the sizes dropped. A
-        request's pixels must not depend on how many rows it was decoded with.
+        A row of a request may land at any position of any block size, next to any other
+        rows. XLA's CPU dot kernels (YNNPACK, chosen at run time from the CPU's features) treat
+        some block sizes, and on some CPUs some positions within a block, differently, so this
+        is checked where the sampler runs, not assumed: `block_check` runs every function the
+        sampler calls (decode, code decode, prior mapping, encode) on blocks of each size
+        filled with copies of one row, and on blocks of distinct rows, and compares every
+        position. The sizes that agree with each other are kept (the largest such group); if
+        none agrees at every position, the sampler decodes one row per call, which is the same
+        program for every row by construction. Compiles every size (so it doubles as the
+        warm-up); returns the sizes dropped.
         """
-        smallest = min(self.block_sizes)
-        rng = np.random.default_rng(0)
-        z = rng.standard_normal((smallest, self.latent_dim)).astype(np.float32)
-        labels = (np.arange(smallest) % len(DIGITS)).astype(np.int32)
-        x = rng.random((smallest, IMAGE_PIXELS), np.float32)
-        reference = None
-        kept, dropped = [], []
-        for size in sorted(self.block_sizes):
-            pad = size - smallest
-            label_block = np.pad(labels, (0, pad))
-            z_block = np.pad(z, ((0, pad), (0, 0)))
-            outputs = [np.asarray(fn(self.variables, z_block, label_block))[:smallest]
-                       for fn in (self.decode_fn, self.code_decode_fn, self.prior_fn)
-                       if fn is not None]
-            if self.encode_fn is not None:
-                encoded = self.encode_fn(self.variables, np.pad(x, ((0, pad), (0, 0))),
-                                         label_block)
-                outputs += [np.asarray(value)[:smallest] for value in encoded]
-            if reference is None:
-                reference = outputs
-            same = all(np.array_equal(a, b) for a, b in zip(outputs, reference))
-            (kept if same else dropped).append(size)
-        self.block_sizes = tuple(kept)
-        return tuple(dropped)
+        outcome = block_check(self, self.block_sizes)
+        self.block_sizes, self.dropped_blocks = outcome
+        return outcome.dropped
 
     def warm_up(self) -> None:
         """Compile the decode programs before the first real request."""
@@ -332,13 +302,19 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
 
 def load_sampler(checkpoint_dir, step: int | None = None,
                  block_rows: int | None = None) -> Sampler:
-    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them."""
+    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them.
+
+    Its block sizes are verified on this machine (`Sampler.check_blocks`), which also compiles
+    them: what `cvae sample`, the service and the tests use.
+    """
     from cvae.checkpoint import load_checkpoint  # checkpoint -> model; keeps this import light
 
     checkpoint = load_checkpoint(checkpoint_dir, step)
     model = create_model(checkpoint.config)
-    return create_sampler(model, checkpoint.config, checkpoint.state.eval_variables(),
-                          checkpoint.step, block_rows)
+    sampler = create_sampler(model, checkpoint.config, checkpoint.state.eval_variables(),
+                             checkpoint.step, block_rows)
+    sampler.check_blocks()
+    return sampler
 
 
 def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,

@@ -26,6 +26,7 @@ from typing import Callable
 import jax
 import numpy as np
 
+from cvae.blocks import ROW_BY_ROW
 from cvae.grid import make_grid, png_bytes
 from cvae.sampling import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
 
@@ -75,15 +76,13 @@ def _mtime_ns(path: Path) -> int | None:
 WARM_PAIR_COUNTS = (1, 8, 16, 32, 64, 128, 256)
 
 
-def warm_up(sampler: Sampler) -> tuple[int, ...]:
-    """Compile every decode block (checking they agree bit for bit) and the common latent draws,
-    so requests do not pay for compilation. Returns the block sizes dropped by the check."""
-    dropped = sampler.check_blocks()
+def warm_up(sampler: Sampler) -> None:
+    """Compile the common latent draws and the grid path, so requests do not pay for
+    compilation (`load_sampler` has compiled and verified every decode block)."""
     for pairs in WARM_PAIR_COUNTS:
         batch_latents([LatentRequest(0, (7,), 16, 1.0)] * pairs, sampler.latent_dim)
     png_bytes(make_grid(sampler.decode(*batch_latents(
         [LatentRequest(0, DIGITS, 16, 1.0)], sampler.latent_dim)[0]), 16))
-    return dropped
 
 
 def load(directory: Path, step: int) -> Loaded:
@@ -92,10 +91,13 @@ def load(directory: Path, step: int) -> Loaded:
     if mtime is None:
         raise FileNotFoundError(f"step {step} vanished")
     sampler = load_sampler(directory, step)
-    dropped = warm_up(sampler)
-    if dropped:
-        log.warning("decode blocks of %s rows give other bits than %d rows on this platform; "
-                    "using %s only", dropped, min(sampler.block_sizes), sampler.block_sizes)
+    warm_up(sampler)
+    if sampler.block_sizes == ROW_BY_ROW:
+        log.warning("no decode block size keeps a row's bits at every position on this CPU: "
+                    "decoding one row per call (slower, still bit-identical)")
+    elif sampler.dropped_blocks:
+        log.info("decode blocks of %s rows give other bits on this CPU; using %s",
+                 sampler.dropped_blocks, sampler.block_sizes)
     return Loaded(sampler, step, mtime, time.time(), fingerprint(sampler))
 
 
