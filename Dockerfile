@@ -2,7 +2,7 @@
 # checkpoint directory mounted at /checkpoints (read-only is enough: the service never writes
 # there). Several replicas may mount the same directory; each moves to the newest step within
 # its poll interval. Build and run (not run on the project's machine, which has no Docker
-# engine; see README "Replicas and containers"):
+# engine; see docs/service-deployment.md):
 #
 #   docker build -t cvae-serve .
 #   docker run -p 8000:8000 -v "$PWD/checkpoints:/checkpoints:ro" cvae-serve

@@ -9,7 +9,7 @@ BASELINE_DIR ?= checkpoints-seed
 ARGS ?=
 CUDA ?= cuda12
 
-.PHONY: setup data train test test-torch serve sample eval quality bench torch-cpu gpu soak clean
+.PHONY: setup data train test test-torch serve sample eval quality bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP)
 
@@ -83,5 +83,25 @@ soak: setup
 	CVAE_SOAK_SECONDS=60 CVAE_CHURN_SECONDS=20 CVAE_FUZZ_EXAMPLES=200 \
 		$(BIN)/python -m pytest -s tests/test_service_soak.py tests/test_service_fuzz.py $(ARGS)
 
+# The documentation site (mkdocs.yml): the `docs` extra into .venv once (its own stamp, so the
+# main install stays lean), then a strict build into site/: a broken link, anchor or API
+# reference fails it. `make docs-serve` previews it with live reload.
+DOCS_STAMP := $(VENV)/.installed-docs
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(DOCS_STAMP)
+	$(MKDOCS) build --strict
+
+docs-serve: $(DOCS_STAMP)
+	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+# The site's pictures (docs/images/), drawn from a trained checkpoint by docs/render_pictures.py:
+# `make train docs-pictures`, or CHECKPOINT_DIR=... for another run.
+docs-pictures: data
+	$(BIN)/python docs/render_pictures.py --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --out-dir docs/images
+
 clean:
-	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCH_VENV) build site *.egg-info

@@ -7,7 +7,8 @@ by wrk at concurrency 64 on two routes: `/bench/fixed` (a constant PNG: what the
 costs) and `/sample?digit=7&n=16` (the real work). Candidates: uvicorn's own supervisor
 (`uvicorn --workers`, httptools + uvloop), gunicorn's arbiter with uvicorn workers (what
 `cvae serve` runs, service/server.py), and granian (Rust HTTP, its own workers) when it is
-installed (`pip install granian`; not a dependency). The README's choice cites this table.
+installed (`pip install granian`; not a dependency). The choice in docs/service-workers.md
+cites this table.
 """
 
 from __future__ import annotations

@@ -87,8 +87,8 @@ class Config:
     # Objective.
     kl_weight: float = knob(
         1.0, "Beta, the weight of the KL in the loss (1 = the ELBO); above 1 buys class-faithful "
-             "samples from the standard prior at some nats (README, 'Why beta 1 and a mixture "
-             "prior').")
+             "samples from the standard prior at some nats (docs/training.md, 'Why beta 1 "
+             "and a mixture prior').")
     kl_schedule: KLSchedule = knob(
         "constant", "KL weight over training: constant, or rising linearly from 0 over "
                     "--kl-warmup-steps.")
@@ -269,7 +269,8 @@ def default() -> Config:
     layer, Bernoulli likelihood, beta 1, a per-class mixture prior fitted to the codes, 50 epochs.
 
     Expected on 2 CPU cores: about 3.5 minutes; samples sharp, varied and class-faithful (see
-    README "Why beta 1 and a mixture prior" and "Evaluation" for the measured figures).
+    docs/training.md, "Why beta 1 and a mixture prior", and docs/evaluation.md for the measured
+    figures).
     """
     return Config()
 
@@ -293,8 +294,8 @@ def likelihood() -> Config:
 
     MLP 784-512-512 -> 32 latent with the label at every decoder layer, beta 1 (the plain ELBO),
     the per-class mixture prior, 60 epochs of the 50,000 training digits, evaluated and saved
-    every 10 epochs. See the README "Likelihood" section for the measured figures, the budget
-    and the protocol.
+    every 10 epochs. See docs/evaluation.md, "The likelihood preset", for the measured figures,
+    the budget and the protocol.
     """
     return Config(hidden_sizes=(512, 512), latent_dim=32, label_conditioning="every",
                   kl_weight=1.0, prior="mixture", prior_codes="samples", epochs=60,

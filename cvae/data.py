@@ -118,7 +118,7 @@ def load_dataset(
     """Loads dataset `name` from `data_dir`.
 
     name: "mnist", "fashion_mnist" or "kmnist". source "idx" reads the four IDX files (plain or
-    .gz) from data_dir/<MNIST|FashionMNIST|KMNIST>/raw/, or from data_dir itself; source
+    .gz) from `data_dir/<MNIST|FashionMNIST|KMNIST>/raw/`, or from data_dir itself; source
     "torchvision" reads the same folders through torchvision.datasets (needs the torch extra).
     test=False (training) does not open the test files at all: the Dataset's test arrays are
     empty, and the files need not exist.

@@ -70,7 +70,7 @@ def create_fit_fn(encode_fn, components: int, codes: str = "samples", batch_size
     binarised digits): with codes="samples" a draw z ~ q(z | x, y), so the mixture fits the
     aggregate posterior (the likelihood preset: the density IWAE needs); with codes="means" the
     posterior mean, so the mixture fits the centres of the codes and samples come out a little
-    more typical (the default: fewer wrong digits, see the README). Then `fit` per class.
+    more typical (the default: fewer wrong digits, see docs/training.md). Then `fit` per class.
     """
     if codes not in ("samples", "means"):
         raise ValueError(f"codes={codes!r}: allowed samples, means")

@@ -26,7 +26,7 @@ FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--e
          "--eval-batch-size", 64, "--no-progress"]
 STEPS_PER_EPOCH, TOTAL_STEPS = 16, 64
 HEARTBEAT_TIMEOUT = 5  # seconds: how long a frozen process may stay silent before all stop
-# The stated bound is the heartbeat timeout plus about a second (README, "Faults"); the
+# The stated bound is the heartbeat timeout plus about a second (docs/distributed.md, "Faults"); the
 # assertion is looser because the 2 cores are shared with other test processes.
 EXIT_BOUND = HEARTBEAT_TIMEOUT + 30
 

@@ -43,7 +43,7 @@ def worker_of_connection(replies: list[Reply]) -> dict[tuple[int, int], int]:
 
 
 def report(name: str, figures: dict) -> None:
-    """Figures for the README and the closing note: `pytest -s` shows them."""
+    """Figures for docs/service-faults.md and the closing note: `pytest -s` shows them."""
     print(json.dumps({name: figures}))
 
 
