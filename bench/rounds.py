@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
+K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 RATIO_RULE = "median over interleaved rounds of the per-round ratio"
 
 
-def interleaved(candidates: dict[str, Callable[[], T]], rounds: int,
-                pause: float = 0.0) -> dict[str, list[T]]:
+def interleaved(candidates: dict[K, Callable[[], T]], rounds: int,
+                pause: float = 0.0) -> dict[K, list[T]]:
     """Calls every candidate once per round, alternating the order; `pause` seconds before each
     call let the previous one's thread pools go idle."""
-    results: dict[str, list[T]] = {name: [] for name in candidates}
+    results: dict[K, list[T]] = {name: [] for name in candidates}
     order = list(candidates)
     for round_index in range(rounds):
         for name in order if round_index % 2 == 0 else reversed(order):
