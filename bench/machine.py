@@ -24,6 +24,7 @@ import time
 ISA_LEVELS = ("SSE4_2", "AVX", "AVX2", "AVX512")
 ISA_CPU_FLAGS = {"SSE4_2": "sse4_2", "AVX": "avx", "AVX2": "avx2", "AVX512": "avx512f"}
 BELOW_KNOWN = "below SSE4_2"
+UNKNOWN = "unknown"  # no x86 flags line (another architecture, or no /proc/cpuinfo)
 GEMM_SIZE = 1024
 GEMM_REPEATS = 20
 
@@ -46,8 +47,11 @@ class Machine:
         return f"{short_cpu_name(self.cpu_model)}, {self.isa}, {self.cores} cores{gemm}"
 
 
-def cpu_isa(flags: str) -> str:
-    """The best of ISA_LEVELS that a /proc/cpuinfo `flags` line names (BELOW_KNOWN if none)."""
+def cpu_isa(flags: str | None) -> str:
+    """The best of ISA_LEVELS that a /proc/cpuinfo `flags` line names (BELOW_KNOWN if none,
+    UNKNOWN without a flags line)."""
+    if flags is None:
+        return UNKNOWN
     present = set(flags.lower().split())
     found = [level for level in ISA_LEVELS if ISA_CPU_FLAGS[level] in present]
     return found[-1] if found else BELOW_KNOWN
@@ -61,7 +65,7 @@ def xla_max_isa(xla_flags: str) -> str | None:
 
 def effective_isa(cpu_level: str, cap: str | None) -> str:
     """What XLA compiles for: the CPU's level, lowered to the cap when one is set."""
-    if cap is None or cpu_level == BELOW_KNOWN:
+    if cap is None or cpu_level not in ISA_LEVELS:
         return cpu_level
     cap_level = "AVX512" if cap.startswith(("AVX512", "AMX")) else cap
     if cap_level not in ISA_LEVELS:
@@ -84,7 +88,7 @@ def short_cpu_name(model: str) -> str:
 def describe(cpuinfo: str, xla_flags: str, cores: int, jax_version: str, backend: str,
              fallback_model: str = "") -> Machine:
     """The machine from /proc/cpuinfo text (empty where there is none) and the environment."""
-    level = cpu_isa(cpuinfo_field(cpuinfo, "flags") or "")
+    level = cpu_isa(cpuinfo_field(cpuinfo, "flags"))
     cap = xla_max_isa(xla_flags)
     model = (cpuinfo_field(cpuinfo, "model name") or cpuinfo_field(cpuinfo, "Model")
              or fallback_model or "unknown CPU")
