@@ -30,12 +30,13 @@ from bench.machine import markdown as machine_markdown
 from bench.rounds import RATIO_RULE
 
 
-READING = f"""\
-How to read this file: the ratios are the claims. Every comparison (A against B) comes from
-rounds interleaved in this run, A, B, A, B..., and each ratio is the {RATIO_RULE}, so a drift
-of the machine's speed hits both sides of it alike. Absolute figures (examples/s, req/s, ms) are
-this machine's: each table of them names the machine's tag, and they move by tens of percent on
-another machine, or on this one within minutes (compare the GEMM rate at start and end)."""
+READING = (
+    "How to read this file: the ratios are the claims. Every comparison (A against B) comes "
+    "from rounds interleaved in this run, A, B, A, B..., and each ratio is the "
+    f"{RATIO_RULE}, so a drift of the machine's speed hits both sides of it alike. Absolute "
+    "figures (examples/s, req/s, ms) are this machine's: each table of them names the machine's "
+    "tag, and they move by tens of percent on another machine, or on this one within minutes "
+    "(compare the GEMM rate at start and end).")
 
 
 def fmt(value, digits: int = 0) -> str:
@@ -57,12 +58,12 @@ def training_markdown(r: dict, tag: str) -> str:
     history = ", ".join(f"epoch {e}: {a:.3f} at {s:.0f} s" for e, s, a in ttq["history"])
     reached = (f"{ttq['seconds']:.0f} s" if ttq["seconds"] is not None
                else f"not reached within {ttq['max_epochs']} epochs")
-    torch_note = "" if r["torch_128"] else " (PyTorch skipped: torch not installed)"
+    torch_note = ", PyTorch" if r["torch_128"] else " (PyTorch: not installed)"
     lines = [
         f"Model: MLP {r['hidden_sizes']}, latent {r['latent_dim']}; "
         f"{r['train_examples']} training examples; device {r['device']}. Ratios: "
-        f"{RATIO_RULE}, {r['rounds']} rounds of fused chunk at each batch, seed loop, "
-        f"PyTorch{torch_note} and a {r['matmul_size']}x{r['matmul_size']} matmul.",
+        f"{RATIO_RULE}, {r['rounds']} rounds of: fused chunk at each batch, seed loop, a "
+        f"{r['matmul_size']}x{r['matmul_size']} matmul{torch_note}.",
         "",
         "| fused chunk | vs seed loop (b16) | vs PyTorch (b128) | of FLOP ideal |",
         "|---|---:|---:|---:|",
