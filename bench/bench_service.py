@@ -229,9 +229,9 @@ def rps_ratio(a: dict, b: dict) -> float:
     return median_ratio(a["rps_rounds"], b["rps_rounds"])
 
 
-def absolute_table(rows: list[dict], first: str) -> str:
-    """Req/s, latency, CPU and errors of each row; `first` names the concurrency column."""
-    lines = [f"| workers | {first} | endpoint | req/s | p50 ms | p99 ms | server CPU ms/req | "
+def absolute_table(rows: list[dict]) -> str:
+    """Req/s, latency, CPU and errors of each row."""
+    lines = ["| workers | concurrency | endpoint | req/s | p50 ms | p99 ms | server CPU ms/req | "
              "errors |", "|---:|---:|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['workers']} | {r['concurrency']} | {r['endpoint']} | {r['rps']:,.0f} | "
               f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms']:.3f} | {r['errors']} |"
@@ -303,7 +303,8 @@ def report(sampling: list[dict], transfers: list[dict], seconds: float, repeats:
         f"rounds with `GET {ENDPOINTS['project']}`:", "", transfer_table(transfers), "",
         f"Targets (p99 and CPU are absolute figures on `{tag}`):", "", targets(sampling), "",
         f"Absolute figures on `{tag}` (medians over the rounds):", "",
-        absolute_table(sampling, "concurrency"), "", absolute_table(transfers, "concurrency")])
+        absolute_table(sampling), "", "Style transfer, the same way:", "",
+        absolute_table(transfers)])
 
 
 def main(argv: list[str] | None = None) -> int:
