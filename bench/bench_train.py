@@ -1,6 +1,6 @@
 """Training speed: our fused chunk vs the seed loop (and PyTorch), against this machine's floor.
 
-    python -m bench.bench_train [--quick] [--data-dir data]
+    results = run_all(quick, data_dir, workdir)     # what bench/run.py calls
 
 Measures, for the default model (MLP 784-512-256, latent 16, Bernoulli), in interleaved rounds
 (bench/rounds.py: every candidate once per round, ratios are medians of per-round ratios):
@@ -253,9 +253,9 @@ def compare_loops(config, data: Dataset, steps: int, seed_steps: int, rounds: in
     interleaved rounds; rates are medians over rounds and ratios medians of per-round ratios."""
     runners = {f"fused {b}": fused_runner(config, data, b, steps) for b in BATCHES}
     runners["seed loop 16"] = seed_loop_runner(config, data, 16, seed_steps)
-    torch = torch_runner(config, data, 128, steps)
-    if torch is not None:
-        runners["torch 128"] = torch
+    pytorch = torch_runner(config, data, 128, steps)
+    if pytorch is not None:
+        runners["torch 128"] = pytorch
     runners["matmul"] = gemm_call(matmul_size)
     times = rounds_lib.interleaved({name: rounds_lib.timed(run)
                                     for name, (run, _) in runners.items()}, rounds, PAUSE_S)
@@ -266,10 +266,10 @@ def compare_loops(config, data: Dataset, steps: int, seed_steps: int, rounds: in
                "ideal_examples_per_s": statistics.median(ideal),
                "fused": {b: statistics.median(rates[f"fused {b}"]) for b in BATCHES},
                "seed_loop_16": statistics.median(rates["seed loop 16"]),
-               "torch_128": statistics.median(rates["torch 128"]) if torch else None,
+               "torch_128": statistics.median(rates["torch 128"]) if pytorch else None,
                "ratios": {b: {"vs_seed_loop_16": ratio(rates[f"fused {b}"], rates["seed loop 16"]),
                               "vs_torch_128": (ratio(rates[f"fused {b}"], rates["torch 128"])
-                                               if torch else None),
+                                               if pytorch else None),
                               "of_ideal": ratio(rates[f"fused {b}"], ideal)} for b in BATCHES}}
     for name, values in rates.items():
         log(f"{name}: {', '.join(f'{v:,.0f}' for v in values)} per s over {rounds} rounds")
