@@ -5,8 +5,9 @@
 Each configuration runs in its own processes (the device count is fixed when JAX starts), the
 default model and batch on random uint8 pixels (speed does not depend on their values), timed
 over fused chunks exactly as the loop runs them, compile excluded. The three configurations
-alternate for `--rounds` rounds and each figure is the median of its rounds, so drift on a
-shared machine hits them alike. The 2 processes are pinned to one core each and talk through
+alternate for `--rounds` interleaved rounds (bench/rounds.py); each figure is the median of its
+rounds and each ratio the median of its per-round ratios, so drift on a shared machine hits
+both sides of a ratio alike. The 2 processes are pinned to one core each and talk through
 JAX's distributed runtime (gloo over loopback); 1 process x 2 devices shares both cores.
 Also reported: the bytes all-reduced per step, read from the compiled 2-device program, and a
 paper projection of data parallelism to 8 GPUs from those bytes, a measured step time and a
@@ -16,12 +17,16 @@ stated interconnect bandwidth.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from bench.machine import measured_machine
+from bench.rounds import RATIO_RULE, interleaved, median_ratio
 
 # Stated bandwidths for the projection (per GPU, one direction, what NCCL's ring reaches on
 # large messages, not the link's peak): PCIe 4.0 x16 and NVLink 4 (H100 SXM, NVSwitch).
@@ -184,16 +189,16 @@ def projection(step_ms: float, batch: int, all_reduce: int) -> list[dict]:
 
 
 def measure(rounds: int = 3, steps: int = 200, repeats: int = 3, quick: bool = False) -> dict:
-    results: dict[str, list[dict]] = {name: [] for name in CONFIGURATIONS}
-    for _ in range(rounds):
-        for name in CONFIGURATIONS:
-            results[name].append(run_configuration(name, steps, repeats, quick))
+    results = interleaved({name: functools.partial(run_configuration, name, steps, repeats, quick)
+                           for name in CONFIGURATIONS}, rounds)
+    default_rounds = [r["examples_per_s"] for r in results["default"]]
     summary = {"rounds": rounds, "steps": steps, "repeats": repeats, "quick": quick,
                "cores": len(os.sched_getaffinity(0)), "configurations": {}}
     for name, runs in results.items():
         summary["configurations"][name] = {
             **runs[0], "examples_per_s": statistics.median(r["examples_per_s"] for r in runs),
             "step_ms": statistics.median(r["step_ms"] for r in runs),
+            "vs_default": median_ratio([r["examples_per_s"] for r in runs], default_rounds),
             "examples_per_s_rounds": [round(r["examples_per_s"]) for r in runs]}
     two = summary["configurations"]["1 process x 2 host devices"]
     default = summary["configurations"]["default"]
@@ -202,21 +207,24 @@ def measure(rounds: int = 3, steps: int = 200, repeats: int = 3, quick: bool = F
     return summary
 
 
-def markdown(r: dict) -> str:
+def markdown(r: dict, tag: str) -> str:
     configurations = r["configurations"]
     default = configurations["default"]
     lines = [
         f"{'Quick (tiny)' if r['quick'] else 'Default'} model ({default['parameters']:,} "
         f"parameters), batch {default['batch_size']} "
-        f"(global), {r['steps']} steps per timing, median of {r['repeats']} timings per round and "
-        f"of {r['rounds']} alternating rounds; {r['cores']} cores.",
+        f"(global), {r['steps']} steps per timing, median of {r['repeats']} timings per round, "
+        f"{r['rounds']} interleaved rounds; {r['cores']} cores. Ratios: {RATIO_RULE}.",
         "",
-        "| configuration | examples/s | step ms | vs default | rounds |",
-        "|---|---:|---:|---:|---|",
+        "| configuration | vs default |",
+        "|---|---:|",
     ]
+    lines += [f"| {name} | {c['vs_default']:.2f}x |" for name, c in configurations.items()]
+    lines += ["", f"Absolute figures on `{tag}`:", "",
+              "| configuration | examples/s | step ms | examples/s per round |",
+              "|---|---:|---:|---|"]
     for name, c in configurations.items():
         lines.append(f"| {name} | {c['examples_per_s']:,.0f} | {c['step_ms']:.2f} | "
-                     f"{c['examples_per_s'] / default['examples_per_s']:.2f}x | "
                      f"{', '.join(f'{v:,}' for v in c['examples_per_s_rounds'])} |")
     two = configurations["1 process x 2 host devices"]
     gloo = configurations["2 processes x 1 core"]
@@ -275,11 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     counts = QUICK if args.quick else {"rounds": args.rounds, "steps": args.steps,
                                        "repeats": args.repeats}
+    machine = measured_machine()
     results = measure(quick=args.quick, **counts)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    print(markdown(results))
+    print(markdown(results, machine.tag))
     return 0
 
 

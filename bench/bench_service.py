@@ -7,7 +7,10 @@ For each worker count (1 and 2) it starts `cvae serve`'s server (service/server.
 uvicorn workers, httptools, uvloop, access log off) with the app of bench/baselines.py, and
 drives it with wrk (a C load generator, so the client costs little of the 2 cores; `make bench`
 installs Debian's wrk when it is missing): C keep-alive connections, closed loop, for a fixed
-time. Three endpoints, interleaved and repeated (medians over the repeats):
+time. The servers for every worker count run side by side, and at each concurrency every
+(worker count, endpoint) cell runs once per round, in interleaved rounds (bench/rounds.py):
+figures are medians over rounds, ratios (project vs plain, 2 workers vs 1) medians of per-round
+ratios. Three endpoints:
 
 - `project`: `/sample?digit=7&n=16`, the real endpoint (continuous batching);
 - `plain`: the same picture from a plain per-request `async def` route that decodes inline;
@@ -19,26 +22,27 @@ the style-transfer route (upload read, image prepared in a thread, encoder and d
 beside the sampling one.
 
 Server CPU per request is the CPU time (user + system) of the server's processes, from
-/proc, over the requests wrk completed. The issue's targets are checked in the same run.
+/proc, over the requests wrk completed (bench/servers.py). The issue's targets are checked in
+the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
-import os
-import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from bench.machine import measured_machine
+from bench.rounds import RATIO_RULE, interleaved, median_ratio
+from bench.servers import free_port, process_tree, running, wrk
 
 ENDPOINTS = {
     "project": "/sample?digit=7&n=16",
@@ -48,76 +52,6 @@ ENDPOINTS = {
 TRANSFER_PATH = "/transfer?show_input=true"
 TRANSFER_CONCURRENCY = 8
 TARGETS = {"x_plain": 3.0, "p99_ms": 50.0, "cpu_ms": 0.6, "scaling": 1.8}
-CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def process_tree(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as listing:
-            kids = [int(child) for child in listing.read().split()]
-    except OSError:
-        return []
-    return [pid, *(p for kid in kids for p in process_tree(kid))]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of `pid` and its descendants (the workers), from /proc."""
-    total = 0
-    for process in process_tree(pid):
-        try:
-            with open(f"/proc/{process}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
-        except OSError:
-            pass
-    return total * CLOCK_TICK_S
-
-
-def settle(pid: int, idle_share: float = 0.1, interval: float = 0.2,
-           timeout: float = 10.0) -> None:
-    """Waits until the server uses under `idle_share` of a core, so that the requests wrk left
-    in flight when it stopped (a backlog of up to `concurrency` of them) are charged to the run
-    that sent them, not to the next one's CPU and tail latency."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = cpu_seconds(pid)
-        time.sleep(interval)
-        if cpu_seconds(pid) - before < idle_share * interval:
-            return
-
-
-@contextlib.contextmanager
-def running(command: list[str], port: int, workers: int, env: dict | None = None,
-            timeout: float = 300.0):
-    """Runs a server `command` (its own process group) that listens on 127.0.0.1:`port`;
-    yields its pid once /readyz has answered from `workers` different worker processes."""
-    process = subprocess.Popen(command, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + timeout
-        seen: set[int] = set()
-        while len(seen) < workers:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{command[:4]} with {workers} workers did not start")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
-                    seen.add(json.load(r)["pid"])
-            except OSError:
-                time.sleep(0.2)
-        yield process.pid
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @contextlib.contextmanager
@@ -136,40 +70,6 @@ def serve(checkpoint_dir: str, port: int, workers: int) -> None:
 
     run_server(lazy_app("bench.baselines:create_bench_app", checkpoint_dir), "127.0.0.1", port,
                workers=workers, access_log=False, log_level="warning")
-
-
-# ---- wrk -----------------------------------------------------------------------------------
-
-
-UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
-
-
-def _ms(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
-    return float(number) * UNITS_MS[unit]
-
-
-def wrk(port: int, path: str, concurrency: int, seconds: float, server_pid: int,
-        script: str | None = None) -> dict:
-    """One wrk run (`script`: a wrk Lua script, e.g. `post_script`'s); returns req/s, p50/p99
-    ms, errors and server CPU ms per request."""
-    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s",  # whole s
-               "--latency", "--timeout", "10s", *(["-s", script] if script else []),
-               f"http://127.0.0.1:{port}{path}"]
-    cpu_before = cpu_seconds(server_pid)
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    settle(server_pid)
-    cpu = cpu_seconds(server_pid) - cpu_before
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
-    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors += int(non_2xx.group(1)) if non_2xx else 0
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.MULTILINE))
-    if set(latency) != {"50", "99"}:  # wrk prints no distribution when nothing completed
-        raise RuntimeError(f"wrk measured no latencies for {path}:\n{out}")
-    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-            "p50_ms": _ms(latency["50"]), "p99_ms": _ms(latency["99"]), "errors": errors,
-            "requests": requests, "cpu_ms": cpu * 1000 / max(requests, 1)}
 
 
 def drawing_png() -> bytes:
@@ -195,21 +95,23 @@ def post_script(directory: str, body: bytes) -> str:
     return str(script_path)
 
 
-def measure_level(port: int, pid: int, workers: int, concurrency: int, calls: dict,
+def measure_level(servers: dict[int, tuple[int, int]], concurrency: int, calls: dict,
                   seconds: float, repeats: int, warmup: float, log=print) -> list[dict]:
-    """`calls` ({name: (path, wrk script or None)}) at one concurrency: each warmed, then run
-    interleaved `repeats` times; one row of medians per name."""
-    for path, script in calls.values():
-        wrk(port, path, concurrency, warmup, pid, script)
-    runs = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, (path, script) in calls.items():
-            runs[name].append(wrk(port, path, concurrency, seconds, pid, script))
+    """`calls` ({name: (path, wrk script or None)}) at one concurrency on every server
+    ({workers: (port, pid)}): each cell warmed, then `repeats` interleaved rounds of all cells;
+    one row per (workers, name) with medians and the per-round req/s."""
+    cells = {(workers, name): functools.partial(wrk, port, path, concurrency, seconds, pid, script)
+             for workers, (port, pid) in servers.items()
+             for name, (path, script) in calls.items()}
+    for workers, (port, pid) in servers.items():
+        for path, script in calls.values():
+            wrk(port, path, concurrency, warmup, pid, script)
     rows = []
-    for name, results in runs.items():
+    for (workers, name), results in interleaved(cells, repeats).items():
         row = {"workers": workers, "concurrency": concurrency, "endpoint": name,
                "repeats": repeats, **{key: statistics.median(r[key] for r in results)
                                       for key in ("rps", "p50_ms", "p99_ms", "cpu_ms")},
+               "rps_rounds": [r["rps"] for r in results],
                "requests": sum(r["requests"] for r in results),
                "errors": sum(r["errors"] for r in results)}
         rows.append(row)
@@ -222,19 +124,19 @@ def measure(checkpoint_dir: str, workers_list: list[int], concurrencies: list[in
             seconds: float, repeats: int, warmup: float, log=print,
             transfer_script: str | None = None) -> list[dict]:
     """ENDPOINTS at each concurrency, then (with `transfer_script`) /transfer beside /sample
-    at TRANSFER_CONCURRENCY, for each worker count."""
+    at TRANSFER_CONCURRENCY, on one server per worker count, all running side by side."""
     sampling = {name: (path, None) for name, path in ENDPOINTS.items()}
     transfer = {"sample": (ENDPOINTS["project"], None), "transfer": (TRANSFER_PATH,
                                                                     transfer_script)}
     rows = []
-    for workers in workers_list:
-        with bench_server(checkpoint_dir, workers) as (port, pid):
-            for concurrency in concurrencies:
-                rows += measure_level(port, pid, workers, concurrency, sampling, seconds,
-                                      repeats, warmup, log)
-            if transfer_script is not None:
-                rows += measure_level(port, pid, workers, TRANSFER_CONCURRENCY, transfer,
-                                      seconds, repeats, warmup, log)
+    with contextlib.ExitStack() as stack:
+        servers = {workers: stack.enter_context(bench_server(checkpoint_dir, workers))
+                   for workers in workers_list}
+        for concurrency in concurrencies:
+            rows += measure_level(servers, concurrency, sampling, seconds, repeats, warmup, log)
+        if transfer_script is not None:
+            rows += measure_level(servers, TRANSFER_CONCURRENCY, transfer, seconds, repeats,
+                                  warmup, log)
     return rows
 
 
@@ -322,31 +224,44 @@ def _package(frame: str) -> str:
 # ---- report --------------------------------------------------------------------------------
 
 
+def rps_ratio(a: dict, b: dict) -> float:
+    """Req/s of row `a` over row `b`: the median of their per-round ratios."""
+    return median_ratio(a["rps_rounds"], b["rps_rounds"])
+
+
+def absolute_table(rows: list[dict]) -> str:
+    """Req/s, latency, CPU and errors of each row."""
+    lines = ["| workers | concurrency | endpoint | req/s | p50 ms | p99 ms | server CPU ms/req | "
+             "errors |", "|---:|---:|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['workers']} | {r['concurrency']} | {r['endpoint']} | {r['rps']:,.0f} | "
+              f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms']:.3f} | {r['errors']} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def transfer_table(rows: list[dict]) -> str:
-    """The TRANSFER_CONCURRENCY rows: /transfer beside /sample, per worker count."""
-    lines = [f"| workers | endpoint (c={TRANSFER_CONCURRENCY}) | req/s | p50 ms | p99 ms | "
-             "server CPU ms/req | errors | vs /sample |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    """The TRANSFER_CONCURRENCY rows' ratios: /transfer against /sample, per worker count."""
     by = {(r["workers"], r["endpoint"]): r for r in rows}
-    for r in rows:
-        sample = by[r["workers"], "sample"]["rps"]
-        lines.append(f"| {r['workers']} | {r['endpoint']} | {r['rps']:,.0f} | {r['p50_ms']:.1f} "
-                     f"| {r['p99_ms']:.1f} | {r['cpu_ms']:.3f} | {r['errors']} | "
-                     f"{r['rps'] / sample:.2f}x |")
+    lines = [f"| workers | req/s of /transfer vs /sample (c={TRANSFER_CONCURRENCY}) |",
+             "|---:|---:|"]
+    lines += [f"| {w} | {rps_ratio(by[w, 'transfer'], by[w, 'sample']):.2f}x |"
+              for w in sorted({r["workers"] for r in rows})]
     return "\n".join(lines)
 
 
 def table(rows: list[dict]) -> str:
+    """The ratios of each row's req/s: against plain and fixed on the same server and
+    concurrency, and against the same endpoint on the server with the fewest workers."""
     by = {(r["workers"], r["concurrency"], r["endpoint"]): r for r in rows}
-    lines = ["| workers | concurrency | endpoint | req/s | p50 ms | p99 ms | server CPU ms/req "
-             "| errors | vs plain | vs fixed |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    fewest = min(r["workers"] for r in rows)
+    lines = ["| workers | concurrency | endpoint | vs plain | vs fixed | "
+             f"vs {fewest} worker(s) |", "|---:|---:|---|---:|---:|---:|"]
     for r in rows:
-        plain = by[r["workers"], r["concurrency"], "plain"]["rps"]
-        fixed = by[r["workers"], r["concurrency"], "fixed"]["rps"]
-        lines.append(f"| {r['workers']} | {r['concurrency']} | {r['endpoint']} | {r['rps']:,.0f} "
-                     f"| {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms']:.3f} | "
-                     f"{r['errors']} | {r['rps'] / plain:.2f}x | {r['rps'] / fixed:.2f}x |")
+        w, c = r["workers"], r["concurrency"]
+        scaling = ("" if w == fewest
+                   else f"{rps_ratio(r, by[fewest, c, r['endpoint']]):.2f}x")
+        lines.append(f"| {w} | {c} | {r['endpoint']} | {rps_ratio(r, by[w, c, 'plain']):.2f}x | "
+                     f"{rps_ratio(r, by[w, c, 'fixed']):.2f}x | {scaling} |")
     return "\n".join(lines)
 
 
@@ -358,15 +273,16 @@ def targets(rows: list[dict]) -> str:
     checks = []
     for w in workers:
         project, plain = by[w, top, "project"], by[w, top, "plain"]
+        x_plain = rps_ratio(project, plain)
         checks += [
             (f"{w} worker(s), c={top}: req/s >= {TARGETS['x_plain']:.0f}x plain",
-             f"{project['rps'] / plain['rps']:.2f}x", project["rps"] >= 3 * plain["rps"]),
+             f"{x_plain:.2f}x", x_plain >= TARGETS["x_plain"]),
             (f"{w} worker(s), c={top}: p99 <= {TARGETS['p99_ms']:.0f} ms",
              f"{project['p99_ms']:.1f} ms", project["p99_ms"] <= TARGETS["p99_ms"]),
             (f"{w} worker(s), c={top}: server CPU <= {TARGETS['cpu_ms']} ms/request",
              f"{project['cpu_ms']:.3f} ms", project["cpu_ms"] <= TARGETS["cpu_ms"])]
     if len(workers) > 1:
-        gain = by[workers[-1], top, "project"]["rps"] / by[workers[0], top, "project"]["rps"]
+        gain = rps_ratio(by[workers[-1], top, "project"], by[workers[0], top, "project"])
         checks.append((f"{workers[-1]} workers >= {TARGETS['scaling']}x the req/s of "
                        f"{workers[0]} (c={top})", f"{gain:.2f}x", gain >= TARGETS["scaling"]))
     errors = sum(r["errors"] for r in rows)
@@ -374,6 +290,21 @@ def targets(rows: list[dict]) -> str:
     lines = ["| target | measured | met |", "|---|---:|---|"]
     lines += [f"| {name} | {value} | {'yes' if met else '**no**'} |" for name, value, met in checks]
     return "\n".join(lines)
+
+
+def report(sampling: list[dict], transfers: list[dict], seconds: float, repeats: int,
+           checkpoint_dir: str, tag: str) -> str:
+    """The section: ratios first, then the absolute figures under the machine's tag."""
+    return "\n".join([
+        f"`GET {ENDPOINTS['project']}`, checkpoint dir {checkpoint_dir}, wrk, {seconds} s per "
+        f"cell, {repeats} interleaved rounds of every (workers, endpoint) cell; ratios: "
+        f"{RATIO_RULE}.", "", table(sampling), "",
+        f"Style transfer: `POST {TRANSFER_PATH}` with a 280x280 PNG drawing, in the same kind of "
+        f"rounds with `GET {ENDPOINTS['project']}`:", "", transfer_table(transfers), "",
+        f"Targets (p99 and CPU are absolute figures on `{tag}`):", "", targets(sampling), "",
+        f"Absolute figures on `{tag}` (medians over the rounds):", "",
+        absolute_table(sampling), "", "Style transfer, the same way:", "",
+        absolute_table(transfers)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -388,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     parser.add_argument("--profile", type=float, default=10.0, metavar="SECONDS",
                         help="py-spy profile of one worker under load (0: skip)")
+    parser.add_argument("--machine-tag", help="the machine's tag (bench.run passes its own); "
+                        "measured here when absent")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -400,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.quick:
         args.seconds, args.repeats, args.warmup = 1.0, 1, 1.0
+    tag = args.machine_tag or measured_machine().tag
     with tempfile.TemporaryDirectory(prefix="cvae-bench-transfer-") as scratch:
         rows = measure(args.checkpoint_dir, [int(w) for w in args.workers.split(",")],
                        [int(c) for c in args.concurrency.split(",")], args.seconds,
@@ -408,13 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                        transfer_script=post_script(scratch, drawing_png()))
     sampling = [r for r in rows if r["endpoint"] in ENDPOINTS]
     transfers = [r for r in rows if r["endpoint"] not in ENDPOINTS]
-    print(f"`GET {ENDPOINTS['project']}`, checkpoint dir {args.checkpoint_dir}, wrk, "
-          f"{args.seconds} s x {args.repeats} repeats per cell (medians)\n")
-    print(table(sampling))
-    print("\n" + targets(sampling))
-    print(f"\nStyle transfer: `POST {TRANSFER_PATH}` with a 280x280 PNG drawing, beside `GET "
-          f"{ENDPOINTS['project']}`, interleaved, at concurrency {TRANSFER_CONCURRENCY}\n")
-    print(transfer_table(transfers))
+    print(report(sampling, transfers, args.seconds, args.repeats, args.checkpoint_dir, tag))
     if args.profile and not args.quick:
         print("\n" + decode_cost(args.checkpoint_dir))
         print("\n" + profile(args.checkpoint_dir, args.profile))

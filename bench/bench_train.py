@@ -1,19 +1,21 @@
 """Training speed: our fused chunk vs the seed loop (and PyTorch), against this machine's floor.
 
-    python -m bench.bench_train [--quick] [--data-dir data]
+    results = run_all(quick, data_dir, workdir)     # what bench/run.py calls
 
-Measures, for the default model (MLP 784-512-256, latent 16, Bernoulli):
-- throughput (examples/s, compile excluded, median over repeats) of `create_train_chunk` at
-  batch 16, 128 and 512, run in chunks of `steps_per_call` steps as the training loop does;
-- wall time of one epoch of 60000 at the default batch size (chunked like the loop, no eval);
+Measures, for the default model (MLP 784-512-256, latent 16, Bernoulli), in interleaved rounds
+(bench/rounds.py: every candidate once per round, ratios are medians of per-round ratios):
+- throughput (examples/s, compile excluded) of `create_train_chunk` at batch 16, 128 and 512,
+  run in chunks of `steps_per_call` steps as the training loop does;
 - baseline (a), the seed document's loop: one jitted step per batch, the batch sliced and
   converted in host NumPy, `jax.random.split` on the host each step, batch 16;
 - baseline (b), the same model and loss in PyTorch on the CPU, when torch is importable;
 - the floor: float32 matmul GFLOP/s (jnp.dot of 2048x2048 matrices), the model's FLOPs per
   example (2*in*out per Dense layer forward, x3 for forward + backward), the FLOP-bound ideal
-  examples/s and the fraction training reaches at batch 512;
-- time to quality: wall time from a fresh start until the conditional accuracy of samples
-  (scored by the cached classifier after each epoch) first reaches 95%.
+  examples/s and the fraction training reaches at each batch.
+Then, on their own (absolute figures, no comparison): wall time of one epoch of 60000 at the
+default batch size (chunked like the loop, no eval), and time to quality: wall time from a fresh
+start until the conditional accuracy of samples (scored by the cached classifier after each
+epoch) first reaches 95%.
 `--quick` uses the tiny test model, synthetic data and tiny counts (a smoke run, ~30 s).
 """
 
@@ -21,12 +23,15 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bench import rounds as rounds_lib
+from bench.machine import gemm_call
 from cvae import config as config_lib
 from cvae.callbacks import Callback
 from cvae.data import Dataset
@@ -35,24 +40,6 @@ from cvae.model import create_model
 from cvae.optim import create_optimizer
 from cvae.synthetic import synthetic_dataset
 from cvae.train import create_train_chunk, create_train_step, epoch_permutation, maybe_binarize
-
-
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
-    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
-    b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
-    dot = jax.jit(jnp.dot)
-    dot(a, b).block_until_ready()
-    seconds = _median_time(lambda: dot(a, b).block_until_ready(), repeats)
-    return 2 * size**3 / seconds / 1e9
 
 
 def forward_flops_per_example(params) -> int:
@@ -84,8 +71,10 @@ def optimizer_update_ms(config, repeats: int = 50) -> float:
     return 1000 * statistics.median(times)
 
 
-def fused_throughput(config, data: Dataset, batch_size: int, steps: int, repeats: int) -> float:
-    """Examples/s of `create_train_chunk`, `steps` steps in chunks of config.steps_per_call."""
+def fused_runner(config, data: Dataset, batch_size: int,
+                 steps: int) -> tuple[Callable[[], None], int]:
+    """`create_train_chunk` for `steps` steps in chunks of config.steps_per_call, compiled; and
+    the examples one call trains on."""
     config = config.replace(batch_size=batch_size)
     images, labels = _device_data(data)
     steps = max(1, min(steps, images.shape[0] // batch_size))
@@ -106,19 +95,19 @@ def fused_throughput(config, data: Dataset, batch_size: int, steps: int, repeats
         box["state"] = state
 
     run()  # compile (every chunk length used)
-    return steps * batch_size / _median_time(run, repeats)
+    return run, steps * batch_size
 
 
 def epoch_seconds(config, data: Dataset, repeats: int) -> float:
     """One epoch at config.batch_size, chunked exactly like the loop (no evaluation)."""
-    steps = data.train_images.shape[0] // config.batch_size
-    rate = fused_throughput(config, data, config.batch_size, steps, repeats)
-    return steps * config.batch_size / rate
+    run, _ = fused_runner(config, data, config.batch_size,
+                          data.train_images.shape[0] // config.batch_size)
+    return statistics.median(rounds_lib.timed(run)() for _ in range(repeats))
 
 
-def seed_loop_throughput(config, data: Dataset, batch_size: int, steps: int,
-                         repeats: int) -> float:
-    """Baseline (a): the seed document's loop on the same model and loss."""
+def seed_loop_runner(config, data: Dataset, batch_size: int,
+                     steps: int) -> tuple[Callable[[], None], int]:
+    """Baseline (a): the seed document's loop on the same model and loss, compiled."""
     config = config.replace(batch_size=batch_size)
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 10 * steps)
@@ -153,12 +142,13 @@ def seed_loop_throughput(config, data: Dataset, batch_size: int, steps: int,
         box["state"], box["key"] = state, key
 
     run()
-    return steps * batch_size / _median_time(run, repeats)
+    return run, steps * batch_size
 
 
-def torch_throughput(config, data: Dataset, batch_size: int, steps: int,
-                     repeats: int) -> float | None:
-    """Baseline (b): the same MLP CVAE and loss in PyTorch (CPU); None if torch is absent."""
+def torch_runner(config, data: Dataset, batch_size: int,
+                 steps: int) -> tuple[Callable[[], None], int] | None:
+    """Baseline (b): the same MLP CVAE and loss in PyTorch (CPU), warmed; None if torch is
+    absent."""
     try:
         import torch
     except ImportError:
@@ -202,7 +192,7 @@ def torch_throughput(config, data: Dataset, batch_size: int, steps: int,
 
     steps = max(1, min(steps, len(images) // batch_size))
     run()
-    return steps * batch_size / _median_time(run, repeats)
+    return run, steps * batch_size
 
 
 class _QualityClock(Callback):
@@ -253,6 +243,39 @@ def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epoch
             "history": clock.history}
 
 
+BATCHES = (16, 128, 512)
+PAUSE_S = 0.2  # between candidates, so the previous one's thread pools (XLA's, torch's) go idle
+
+
+def compare_loops(config, data: Dataset, steps: int, seed_steps: int, rounds: int,
+                  matmul_size: int, train_flops_per_example: int, log=print) -> dict:
+    """Our fused chunk at each batch, the seed loop, PyTorch and the matmul floor, timed in
+    interleaved rounds; rates are medians over rounds and ratios medians of per-round ratios."""
+    runners = {f"fused {b}": fused_runner(config, data, b, steps) for b in BATCHES}
+    runners["seed loop 16"] = seed_loop_runner(config, data, 16, seed_steps)
+    pytorch = torch_runner(config, data, 128, steps)
+    if pytorch is not None:
+        runners["torch 128"] = pytorch
+    runners["matmul"] = gemm_call(matmul_size)
+    times = rounds_lib.interleaved({name: rounds_lib.timed(run)
+                                    for name, (run, _) in runners.items()}, rounds, PAUSE_S)
+    rates = {name: [runners[name][1] / t for t in ts] for name, ts in times.items()}
+    ideal = [r / train_flops_per_example for r in rates["matmul"]]  # examples/s, per round
+    ratio = rounds_lib.median_ratio
+    results = {"rounds": rounds, "matmul_gflops": statistics.median(rates["matmul"]) / 1e9,
+               "ideal_examples_per_s": statistics.median(ideal),
+               "fused": {b: statistics.median(rates[f"fused {b}"]) for b in BATCHES},
+               "seed_loop_16": statistics.median(rates["seed loop 16"]),
+               "torch_128": statistics.median(rates["torch 128"]) if pytorch else None,
+               "ratios": {b: {"vs_seed_loop_16": ratio(rates[f"fused {b}"], rates["seed loop 16"]),
+                              "vs_torch_128": (ratio(rates[f"fused {b}"], rates["torch 128"])
+                                               if pytorch else None),
+                              "of_ideal": ratio(rates[f"fused {b}"], ideal)} for b in BATCHES}}
+    for name, values in rates.items():
+        log(f"{name}: {', '.join(f'{v:,.0f}' for v in values)} per s over {rounds} rounds")
+    return results
+
+
 def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     """Every training figure; `workdir` receives the time-to-quality run's checkpoints."""
     from cvae.data import load_dataset
@@ -261,37 +284,27 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     if quick:
         config = config_lib.test().replace(steps_per_call=10)
         data = synthetic_dataset(2048, 256)
-        steps, repeats, seed_steps = 20, 2, 20
+        steps, rounds, seed_steps, matmul_size = 20, 2, 20, 512
         classifier = load_or_train_classifier(data, None, epochs=1, log=log)
         max_epochs = 1
     else:
         config = config_lib.default()
         data = load_dataset(data_dir, config.dataset, config.data_source)
-        steps, repeats, seed_steps = 400, 3, 400
+        steps, rounds, seed_steps, matmul_size = 400, 5, 400, 2048
         classifier = load_or_train_classifier(data, f"{data_dir}/classifier", log=log)
         max_epochs = config.epochs  # the whole default run at most; it stops at the target
     results = {"quick": quick, "device": str(jax.devices()[0].platform),
-               "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim}
-    results["matmul_gflops"] = matmul_gflops(512 if quick else 2048)
-    log(f"matmul: {results['matmul_gflops']:.1f} GFLOP/s")
+               "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim,
+               "matmul_size": matmul_size}
     params = create_train_step(jax.random.key(0), create_model(config),
                                optax.adam(1e-3), config)[0].params
     results["forward_flops_per_example"] = forward_flops_per_example(params)
     results["train_flops_per_example"] = 3 * results["forward_flops_per_example"]
-    results["ideal_examples_per_s"] = (results["matmul_gflops"] * 1e9
-                                       / results["train_flops_per_example"])
     results["param_count"] = int(sum(p.size for p in jax.tree.leaves(params)))
     results["optimizer_update_ms"] = optimizer_update_ms(config, 5 if quick else 50)
-    results["fused"] = {}
-    for batch in (16, 128, 512):
-        rate = fused_throughput(config, data, batch, steps, repeats)
-        results["fused"][batch] = rate
-        log(f"fused chunk, batch {batch}: {rate:.0f} examples/s")
-    results["seed_loop_16"] = seed_loop_throughput(config, data, 16, seed_steps, repeats)
-    log(f"seed loop, batch 16: {results['seed_loop_16']:.0f} examples/s")
-    results["torch_128"] = torch_throughput(config, data, 128, steps, repeats)
-    log(f"pytorch, batch 128: {results['torch_128']}")
-    results["epoch_seconds"] = epoch_seconds(config, data, 1 if quick else repeats)
+    results.update(compare_loops(config, data, steps, seed_steps, rounds, matmul_size,
+                                 results["train_flops_per_example"], log))
+    results["epoch_seconds"] = epoch_seconds(config, data, 1 if quick else 3)
     log(f"epoch at batch {config.batch_size}: {results['epoch_seconds']:.1f} s")
     results["time_to_quality"] = time_to_quality(config, data, classifier, workdir, max_epochs)
     log(f"time to quality: {results['time_to_quality']}")
