@@ -58,15 +58,19 @@ class ClassTransport:
 
     def apply(self, z: np.ndarray, source: np.ndarray, target: np.ndarray) -> np.ndarray:
         """f32[N, L] codes of classes `source` i[N] -> the codes for labels `target` i[N];
-        rows whose source is their target come back unchanged, bit for bit."""
+        rows whose source is their target come back unchanged, bit for bit, and a row's
+        result does not depend on the other rows."""
         out = np.array(z, np.float32, copy=True)
         source, target = np.asarray(source), np.asarray(target)
         for a, b in set(zip(source.tolist(), target.tolist())):
             if a == b:
                 continue
             rows = (source == a) & (target == b)
-            moved = self.means[b] + (z[rows].astype(np.float64) - self.means[a]) @ \
-                self.maps[a, b].T
+            offset = z[rows].astype(np.float64) - self.means[a]
+            # maps[a, b] @ offset, row by row: an elementwise product summed along each row
+            # is the same arithmetic for every row, while a matrix product's kernel (BLAS)
+            # may round a row differently by how many rows it is given.
+            moved = self.means[b] + np.sum(self.maps[a, b] * offset[:, None, :], axis=-1)
             out[rows] = moved.astype(np.float32)
         return out
 
