@@ -53,7 +53,8 @@ def test_a_request_gets_the_same_bits_alone_or_batched(run, request):
 @pytest.mark.parametrize("variant", KERNEL_VARIANTS)
 def test_the_same_bits_alone_or_batched_under_other_cpu_kernels(variant, mixture_run):
     prefix, environment = KERNEL_VARIANTS[variant]
-    assert not prefix or shutil.which(prefix[0]), f"{prefix[0]} is not installed (make test-kernels installs it)"
+    assert not prefix or shutil.which(prefix[0]), \
+        f"{prefix[0]} is not installed (make test-kernels installs it)"
     env = {**os.environ, **environment, "JAX_ENABLE_COMPILATION_CACHE": "false"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # programs compiled for this CPU's kernels
     result = subprocess.run([*prefix, sys.executable, str(CHECKER), str(mixture_run.directory)],

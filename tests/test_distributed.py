@@ -150,6 +150,7 @@ def reference(reference_dir):
     return load_checkpoint(reference_dir)
 
 
+@pytest.mark.determinism
 def test_two_processes_equal_one_process_with_two_devices_and_write_once(
         data_dir, reference_dir, reference, tmp_path):
     previous = shutil.copytree(reference_dir, tmp_path / "ck")  # for --fresh to set aside
@@ -174,6 +175,7 @@ def test_two_processes_equal_one_process_with_two_devices_and_write_once(
     assert not list(previous.glob(".write-test*"))
 
 
+@pytest.mark.determinism
 def test_sigterm_to_the_launcher_saves_then_one_process_resumes(data_dir, reference, tmp_path,
                                                                  group):
     """2 -> 1: stopped by SIGTERM as 2 processes, finished as 1 process with 2 devices."""
@@ -192,6 +194,7 @@ def test_sigterm_to_the_launcher_saves_then_one_process_resumes(data_dir, refere
     assert_same_run(tmp_path, reference)
 
 
+@pytest.mark.determinism
 def test_killed_process_stops_the_other_then_two_processes_resume(data_dir, reference,
                                                                   tmp_path, group):
     """1 -> 2: one epoch as 1 process; then 2 processes, one SIGKILLed; rerun resumes."""

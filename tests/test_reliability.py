@@ -37,6 +37,7 @@ def entries(directory):
     return set(os.listdir(directory)) if directory.exists() else set()
 
 
+@pytest.mark.determinism
 def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_dir, reference,
                                                                           tmp_path):
     """Up to 6 SIGKILLs, each at a seeded random moment soon after the run writes something new

@@ -15,7 +15,10 @@ from cvae.sampling import create_sampler, draw_latents, grid_columns, request_la
 def sampler():
     config = config_lib.test()
     model = create_model(config)
-    return create_sampler(model, config, init_variables(model, jax.random.key(0)), block_rows=8)
+    sampler = create_sampler(model, config, init_variables(model, jax.random.key(0)),
+                             block_rows=8)
+    sampler.check_blocks()  # 8 rows, or one row per call where 8 do not keep a row's bits
+    return sampler
 
 
 def test_latents_depend_only_on_seed_digit_and_temperature():

@@ -89,6 +89,7 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
     assert sorted(np.asarray(a).tolist()) == list(range(100))
 
 
+@pytest.mark.determinism
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     config = config_lib.test().replace(epochs=3, steps_per_call=3)
     data = synthetic_dataset(80)  # 4 steps per epoch: chunks of 3 then 1

@@ -1,4 +1,5 @@
-"""cvae/transfer.py and the sampler's encoder: posterior latents of uploaded digits."""
+"""cvae/transfer.py and the sampler's encoder: posterior latents of uploaded digits (that a
+request's values do not depend on its batch is tests/test_bit_identity.py's)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,6 @@ def sampler(trained_run):
 @pytest.fixture(scope="module")
 def trained_sampler(transfer_run):
     return load_sampler(transfer_run.directory)
-
-
-def test_encoding_a_row_alone_or_among_many_gives_the_same_bits(sampler, trained_run):
-    images, labels = trained_run.data.test_images, trained_run.data.test_labels
-    together = sampler.encode(images, labels)  # 64 rows: one block
-    many = sampler.encode(np.concatenate([images] * 3), np.concatenate([labels] * 3))  # 192
-    for i in (0, 17, 63):
-        alone = sampler.encode(images[i:i + 1], labels[i:i + 1])
-        for whole, big, single in zip(together, many, alone):
-            assert np.array_equal(whole[i], single[0]) and np.array_equal(big[i + 64], single[0])
 
 
 def test_codes_are_decoded_by_the_model_as_they_are(sampler, trained_run):
@@ -77,16 +68,6 @@ def test_posterior_draws_are_seeded_row_major_by_draw(sampler, trained_run):
     mean, logvar, _ = sampler.encode(image[None], np.array([2]))
     eps, _ = request_latents(11, (2,), 3, sampler.latent_dim, 1.0)
     assert np.array_equal(z[::2], mean + np.exp(np.float32(0.5) * logvar) * eps)
-
-
-def test_a_batch_of_requests_gives_each_the_values_it_gets_alone(sampler, trained_run):
-    images = trained_run.data.test_images
-    requests = [TransferRequest(images[i], None if i % 2 else i % 10, DIGITS[:1 + i % 10],
-                                i % 3, i) for i in range(12)]
-    together = transfer_latents(requests, sampler)
-    for request, batched in zip(requests, together):
-        [alone] = transfer_latents([request], sampler)
-        assert all(np.array_equal(a, b) for a, b in zip(alone, batched))
 
 
 def test_tiles_lead_each_row_with_the_input_when_asked():
