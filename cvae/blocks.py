@@ -54,6 +54,9 @@ def plan_blocks(rows: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
 class BlockCheck(NamedTuple):
     kept: tuple[int, ...]  # the sizes to decode with (`ROW_BY_ROW` when none passed)
     dropped: tuple[int, ...]
+    # The bits the kept sizes give the test rows: equal on two machines whose kernels round
+    # alike, so it can stand for "these kernels" in a fingerprint of what decides the output.
+    signature: bytes
 
 
 # (jitted fn(variables, rows f32[B, D], labels i32[B]) -> array or tuple of arrays, D)
@@ -76,9 +79,10 @@ def block_check(sampler, sizes: tuple[int, ...]) -> BlockCheck:
         if signatures[size] is not None:
             groups.setdefault(signatures[size], []).append(size)
     if not groups:
-        return BlockCheck(ROW_BY_ROW, tuple(sorted(sizes)))
-    kept = max(groups.values(), key=lambda group: (len(group), -group[0]))
-    return BlockCheck(tuple(kept), tuple(s for s in sorted(sizes) if s not in kept))
+        return BlockCheck(ROW_BY_ROW, tuple(sorted(sizes)),
+                          block_signature(probes, sampler.variables, 1))
+    signature, kept = max(groups.items(), key=lambda group: (len(group[1]), -group[1][0]))
+    return BlockCheck(tuple(kept), tuple(s for s in sorted(sizes) if s not in kept), signature)
 
 
 def sampler_probes(sampler) -> list[Probe]:

@@ -176,6 +176,7 @@ class Sampler:
     code_decode_fn: Callable | None = None
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
+    kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
@@ -270,7 +271,7 @@ class Sampler:
         warm-up); returns the sizes dropped.
         """
         outcome = block_check(self, self.block_sizes)
-        self.block_sizes, self.dropped_blocks = outcome
+        self.block_sizes, self.dropped_blocks, self.kernel_signature = outcome
         return outcome.dropped
 
     def warm_up(self) -> None:

@@ -47,7 +47,11 @@ class Loaded:
 
 
 def fingerprint(sampler: Sampler) -> str:
+    """sha256 of what decides a seeded picture's bytes besides its parameters: the weights, the
+    JAX version and backend, and the bits this machine's kernels give (replicas on CPUs whose
+    kernels round differently get different fingerprints, so their ETags differ too)."""
     digest = hashlib.sha256(f"{jax.__version__} {jax.default_backend()}".encode())
+    digest.update(sampler.kernel_signature)
     for leaf in jax.tree.leaves(sampler.variables):
         array = np.asarray(leaf)
         digest.update(f"{array.dtype}{array.shape}".encode())

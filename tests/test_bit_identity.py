@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bit_identity import check_sampler, kernel_digest
+from bit_identity import check_sampler
 from conftest import train_run
 from cvae import config as config_lib
 from cvae.sampling import load_sampler
@@ -61,6 +61,16 @@ def test_the_same_bits_alone_or_batched_under_other_cpu_kernels(variant, mixture
                             env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.count("\nok ") == 3, result.stdout
-    digest = result.stdout.split()[2]
-    assert digest != kernel_digest(load_sampler(mixture_run.directory)), \
+    signature = result.stdout.split()[2]
+    assert signature != load_sampler(mixture_run.directory).kernel_signature.hex(), \
         f"{variant} ran the same kernels as this process: it tested nothing new"
+
+
+def test_the_served_fingerprint_names_the_kernels(mixture_run):
+    """Replicas on CPUs whose kernels round differently must not share strong ETags."""
+    from service.checkpoints import fingerprint
+
+    sampler = load_sampler(mixture_run.directory)
+    assert fingerprint(sampler) == fingerprint(load_sampler(mixture_run.directory))
+    sampler.kernel_signature = bytes(32)
+    assert fingerprint(sampler) != fingerprint(load_sampler(mixture_run.directory))
