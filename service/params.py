@@ -104,8 +104,8 @@ class TransferParams(BaseModel):
     label: int | None = Field(None, ge=0, le=9, description="the digit the image shows; omit: "
                               "the label with the best ELBO (see X-Label)")
     digits: list[Annotated[int, Field(ge=0, le=9)]] | None = Field(
-        None, min_length=1, max_length=10, description="labels to decode with, in order "
-        "(repeat: digits=3&digits=5); omit for 0-9")
+        None, min_length=1, max_length=10, validate_default=True, description="labels to "
+        "decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
     samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
                          "mean (one row); k: k posterior draws, one row each")
     seed: Seed = None
