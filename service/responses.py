@@ -59,8 +59,9 @@ class Ready(BaseModel):
     pid: int = Field(description="the worker process that answered")
     checkpoint_dir: str
     fingerprint: str = Field(description="sha256 of the served weights (with the JAX version "
-                                         "and backend): equal on replicas that serve equal "
-                                         "weights")
+                                         "and backend, and the bits this CPU's kernels give "
+                                         "a fixed probe): equal on replicas that serve equal "
+                                         "weights with kernels that round alike")
     config: dict[str, Any]
     note: str | None = Field(description="e.g. newer checkpoints that could not be read")
     loaded_at: float = Field(description="Unix time the step was loaded")
