@@ -4,7 +4,7 @@ Synopsis:
 
     serve("checkpoints", port=8000, workers=2)       # what `cvae serve --workers 2` runs
 
-Why gunicorn with uvicorn workers (measured, see README "Serving at scale"): gunicorn's arbiter
+Why gunicorn with uvicorn workers (measured, see docs/service-workers.md): gunicorn's arbiter
 holds the listening socket, forks the workers, replaces one that dies (and one that stops
 answering its heartbeat), drains them on SIGTERM within `graceful_timeout` and exits 0, and
 calls a hook when a worker exits, which the Prometheus multiprocess mode needs. Each worker is
