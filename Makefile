@@ -29,7 +29,7 @@ train: data
 # Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not kernels" --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -m "not kernels" -n auto --durations=15 $(ARGS)
 
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
 # says what varies them): the sampler's claims in subprocesses (valgrind, Debian's package,
@@ -38,9 +38,9 @@ test: setup
 KERNEL_FLAGS := --xla_cpu_max_isa=SSE4_2 --xla_cpu_experimental_ynn_fusion_type=
 test-kernels: setup
 	command -v valgrind >/dev/null || (apt-get install -y -qq valgrind || (apt-get update -qq && apt-get install -y -qq valgrind))
-	$(BIN)/python -m pytest -m kernels $(ARGS)
+	$(BIN)/python -m pytest -m kernels -n auto $(ARGS)
 	for flag in $(KERNEL_FLAGS); do \
-		XLA_FLAGS=$$flag $(BIN)/python -m pytest -m "determinism and not kernels" $(ARGS) || exit 1; \
+		XLA_FLAGS=$$flag $(BIN)/python -m pytest -m "determinism and not kernels" -n auto $(ARGS) || exit 1; \
 	done
 
 # The `torch` extra (torchvision's datasets) in a venv of its own, so the main one keeps the CPU
