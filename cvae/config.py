@@ -136,6 +136,19 @@ class Config:
         0.0, "The smallest fall of the validation loss that counts as an improvement.")
     keep_checkpoints: int = knob(3, "Latest checkpoints kept (the best one is kept as well).")
 
+    # Semi-supervised (Kingma et al. 2014, M2): few labels, the label a latent for the rest.
+    labels: str = knob(
+        "all", "Training labels used: all (a conditional VAE), or N, a multiple of 10: N "
+               "class-balanced images keep their labels, the rest train without them, and a "
+               "classifier q(y|x) is learnt beside the encoder (docs/semi-supervised.md).")
+    classifier_weight: float = knob(
+        0.1, "Weight of the labelled images' mean cross-entropy of q(y|x) against the loss per "
+             "training image: the paper's alpha = 0.1 * N on its objective summed over the N "
+             "training images.")
+    labelled_per_batch: int = knob(
+        16, "With --labels N: labelled images in each batch (the rest unlabelled), cycled "
+            "through the N within an epoch.")
+
     def validate(self) -> Config:
         """Raise ConfigError naming the first bad field; return self so calls chain."""
         for name in CHOICES:
@@ -172,7 +185,27 @@ class Config:
             raise ConfigError(f"momentum={self.momentum}: must be in [0, 1)")
         if not 0 < self.logvar_bound <= 30:
             raise ConfigError(f"logvar_bound={self.logvar_bound}: must be in (0, 30]")
+        self._validate_labels()
         return self
+
+    def _validate_labels(self) -> None:
+        if self.labels != "all" and not (self.labels.isdigit() and int(self.labels) > 0
+                                         and int(self.labels) % NUM_CLASSES == 0):
+            raise ConfigError(f"labels={self.labels!r}: must be all, or a positive multiple of "
+                              f"{NUM_CLASSES} (the same number of each class)")
+        if self.labels != "all" and self.free_bits > 0:
+            raise ConfigError(f"free_bits={self.free_bits}: not with --labels {self.labels} "
+                              f"(the semi-supervised loss has no free bits)")
+        if self.classifier_weight < 0:
+            raise ConfigError(f"classifier_weight={self.classifier_weight}: must be >= 0")
+        if self.labels != "all" and not 1 <= self.labelled_per_batch < self.batch_size:
+            raise ConfigError(f"labelled_per_batch={self.labelled_per_batch}: must be in "
+                              f"[1, batch_size - 1 = {self.batch_size - 1}]")
+
+    @property
+    def labelled_count(self) -> int | None:
+        """How many training images keep their labels; None = all of them."""
+        return None if self.labels == "all" else int(self.labels)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
