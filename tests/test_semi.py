@@ -1,0 +1,206 @@
+"""Semi-supervised training (`--labels N`, Kingma et al. 2014 M2): the labelled set, the loss,
+the batches, and that `--labels all` is the conditional VAE it always was."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from trees import tree_equal
+
+from cvae import config as config_lib
+from cvae import semi
+from cvae.callbacks import Checkpointer, NanGuard
+from cvae.checkpoint import load_checkpoint
+from cvae.config import ConfigError, NUM_CLASSES
+from cvae.errors import ResumeError
+from cvae.loop import train_and_evaluate
+from cvae.losses import kl_divergence, reconstruction
+from cvae.model import CVAE, create_model, init_variables
+from cvae.splits import _LABELLED_SALT, _hash_keys, labelled_indices, split_training_set
+from cvae.synthetic import synthetic_dataset
+from cvae.train import create_train_state
+
+SEMI = config_lib.test().replace(labels="20", labelled_per_batch=4, validation_size=32)
+
+
+def test_labelled_set_is_class_balanced_deterministic_and_disjoint_from_validation():
+    data = synthetic_dataset(400)
+    config = SEMI.replace(dataset="fashion_mnist", validation_size=64, labels="50")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    chosen = semi.choose_labelled_set(split, config)
+    assert np.bincount(chosen["labels"], minlength=NUM_CLASSES).tolist() == [5] * NUM_CLASSES
+    assert np.array_equal(chosen["labels"], data.train_labels[chosen["indices"]])
+    held_out = set(range(400)) - set(split.train_indices.tolist())
+    assert len(held_out) == 64 and not held_out & set(chosen["indices"].tolist())
+    again = semi.choose_labelled_set(split_training_set(data.train_images, data.train_labels,
+                                                        config), config)
+    assert all(np.array_equal(chosen[k], again[k]) for k in chosen)
+    other_seed = semi.choose_labelled_set(split_training_set(
+        data.train_images, data.train_labels, config.replace(seed=1)), config.replace(seed=1))
+    assert not np.array_equal(chosen["indices"], other_seed["indices"])
+
+
+def test_labelled_choice_depends_on_file_index_not_on_position():
+    """The same file rows are chosen whatever else is in the training part (a class's pick is
+    the lowest hashes of its file indices)."""
+    labels = np.repeat(np.arange(NUM_CLASSES), 6)
+    rows = np.arange(60) * 3 + 7
+    full = rows[labelled_indices(labels, rows, 20, NUM_CLASSES, seed=5)]
+    keep = np.ones(60, bool)
+    keep[::7] = False  # drop some rows that were not chosen ...
+    keep[np.searchsorted(rows, full)] = True  # ... but none that were
+    part = rows[keep][labelled_indices(labels[keep], rows[keep], 20, NUM_CLASSES, seed=5)]
+    assert np.array_equal(full, part)
+
+
+def test_too_many_labels_for_a_class_names_the_field():
+    with pytest.raises(ConfigError, match="labels=70: class"):
+        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), 70, NUM_CLASSES, 0)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"labels": "15"}, "labels"), ({"labels": "x"}, "labels"), ({"labels": "0"}, "labels"),
+    ({"labelled_per_batch": 16}, "labelled_per_batch"),
+    ({"classifier_weight": -1.0}, "classifier_weight"), ({"free_bits": 0.5}, "free_bits")])
+def test_bad_semi_supervised_config_names_the_field(changes, field):
+    with pytest.raises(ConfigError, match=f"^{field}="):
+        SEMI.replace(**changes).validate()
+
+
+def test_every_label_model_has_no_classifier_and_few_label_model_has_one():
+    key = jax.random.key(0)
+    plain = init_variables(create_model(config_lib.test()), key)["params"]
+    few = init_variables(create_model(SEMI), key)["params"]
+    assert "classifier" not in plain and set(few) == set(plain) | {"classifier"}
+    # The VAE's own parameters are initialised the same either way.
+    assert tree_equal({k: few[k] for k in plain}, plain)
+
+
+def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
+    config = SEMI.replace(kl_weight=2.0)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(3))
+    data = synthetic_dataset(8)
+    x = jnp.asarray(data.train_images.reshape(8, -1) / 255.0, jnp.float32)
+    y = jnp.asarray(data.train_labels[:3], jnp.int32)
+    z_key = jax.random.key(7)
+    outputs, _ = semi.per_label_terms(model, variables, x[:3], y, x[3:], z_key, False, {}, [])
+    loss, terms = semi.semi_supervised_loss(outputs, 2.0, 0.25, 0.5, y)
+
+    # By hand: each unlabelled image with each label on its own, with the noise of its row
+    # (labelled rows first, then image i with label k at 3 + 10 i + k).
+    noise = jax.random.normal(z_key, (3 + 5 * NUM_CLASSES, config.latent_dim))
+
+    def neg_elbo(image, label, row):
+        mean, logvar = model.apply(variables, image[None], jnp.array([label]), method=CVAE.encode)
+        z = mean + jnp.exp(0.5 * logvar) * noise[row]
+        logits = model.apply(variables, z, jnp.array([label]), method=CVAE.decode)
+        return float(reconstruction(logits, image[None], config.likelihood)[0]
+                     + 2.0 * kl_divergence(mean, logvar)[0])
+
+    unlabelled = []
+    for i in range(5):
+        logits = model.apply(variables, x[3 + i][None], method=CVAE.classify)[0]
+        q = np.asarray(jax.nn.softmax(logits), np.float64)
+        per_label = [neg_elbo(x[3 + i], k, 3 + NUM_CLASSES * i + k) for k in range(NUM_CLASSES)]
+        unlabelled.append(np.sum(q * per_label) + np.sum(q * np.log(q)))
+    labelled = [neg_elbo(x[j], int(y[j]), j) for j in range(3)]
+    class_logits = model.apply(variables, x[:3], method=CVAE.classify)
+    cross_entropy = -np.mean(np.asarray(jax.nn.log_softmax(class_logits))[np.arange(3), y])
+    assert float(terms["unlabelled_loss"]) == pytest.approx(np.mean(unlabelled), rel=1e-5)
+    assert float(terms["labelled_loss"]) == pytest.approx(np.mean(labelled), rel=1e-5)
+    assert float(loss) == pytest.approx(
+        0.25 * np.mean(labelled) + 0.75 * np.mean(unlabelled) + 0.5 * cross_entropy, rel=1e-5)
+
+
+def params_after(config, directory, data=None):
+    run = train_and_evaluate(config, data or synthetic_dataset(80), directory)
+    return run.state.params
+
+
+def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
+    """The semi-supervised knobs cannot reach a run with every label: changing them leaves the
+    parameters bit-identical, and the state carries no labelled set."""
+    config = config_lib.test().replace(epochs=2, prior="mixture")
+    reference = params_after(config, tmp_path / "a")
+    changed = config.replace(labels="all", classifier_weight=7.0, labelled_per_batch=3)
+    assert tree_equal(params_after(changed, tmp_path / "b"), reference)
+    assert "classifier" not in reference
+    state = create_train_state(jax.random.key(0), create_model(config),
+                               __import__("optax").adam(1e-3), config)
+    assert state.labelled == {}
+
+
+def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_path):
+    data = synthetic_dataset(200)
+    config = SEMI.replace(epochs=3, prior="mixture")
+    whole = train_and_evaluate(config, data, tmp_path / "whole", [Checkpointer()])
+    # 168 training images, 20 labelled: 148 unlabelled, 12 a step -> 12 steps an epoch.
+    assert whole.step == 36
+    saved = load_checkpoint(tmp_path / "whole")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    chosen = semi.choose_labelled_set(split, config)
+    assert np.array_equal(saved.state.labelled["indices"], chosen["indices"])
+    assert np.array_equal(saved.state.labelled["labels"], chosen["labels"])
+    assert "validation_classifier_error" in saved.metrics
+
+    train_and_evaluate(config.replace(max_steps=17), data, tmp_path / "parts", [Checkpointer()])
+    resumed = train_and_evaluate(config, data, tmp_path / "parts", [Checkpointer()])
+    assert resumed.start_step == 17 and resumed.step == 36
+    assert tree_equal(resumed.state.params, whole.state.params)
+    assert tree_equal(resumed.state.prior, whole.state.prior)
+
+
+def test_resume_refuses_a_changed_labelled_set(tmp_path):
+    data = synthetic_dataset(200)
+    config = SEMI.replace(epochs=1)
+    train_and_evaluate(config, data, tmp_path, [Checkpointer()])
+    relabelled = dataclasses.replace(data, train_labels=np.roll(data.train_labels, 1))
+    with pytest.raises(ResumeError, match="another labelled set"):
+        train_and_evaluate(config.replace(epochs=2), relabelled, tmp_path, [Checkpointer()])
+
+
+class Untouchable:
+    def __len__(self):
+        raise AssertionError("training touched the test set (len)")
+
+    def __getitem__(self, index):
+        raise AssertionError("training touched the test set (indexing)")
+
+
+def test_semi_supervised_training_never_reads_the_test_set(tmp_path):
+    data = dataclasses.replace(synthetic_dataset(200), test_images=Untouchable(),
+                               test_labels=Untouchable())
+    run = train_and_evaluate(SEMI.replace(prior="mixture"), data, tmp_path,
+                             [NanGuard(), Checkpointer()])
+    assert run.step == 12 and run.stop_reason is None
+
+
+def test_unlabelled_images_labels_are_never_read(tmp_path):
+    """Relabelling unlabelled images changes nothing, bit for bit (the mixture prior's fit reads
+    q(y|x) for them). Their labels only choose the labelled set (class balance needs them), so
+    each moves to a class where it still would not be chosen."""
+    data = synthetic_dataset(200)
+    config = SEMI.replace(epochs=2, prior="mixture")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    chosen = semi.choose_labelled_set(split, config)
+    hashes = _hash_keys(config.seed, np.arange(200), _LABELLED_SALT)
+    highest_chosen = [hashes[chosen["indices"][chosen["labels"] == c]].max()
+                      for c in range(NUM_CLASSES)]
+    relabelled = data.train_labels.copy()
+    for row in np.setdiff1d(split.train_indices, chosen["indices"]):
+        relabelled[row] = next((c for c in range(NUM_CLASSES) if c != relabelled[row]
+                                and hashes[row] > highest_chosen[c]), relabelled[row])
+    assert np.mean(relabelled != data.train_labels) > 0.5
+    moved = dataclasses.replace(data, train_labels=relabelled)
+    again = semi.choose_labelled_set(split_training_set(moved.train_images, relabelled, config),
+                                     config)
+    assert np.array_equal(again["indices"], chosen["indices"])
+    a = train_and_evaluate(config, data, tmp_path / "a")
+    b = train_and_evaluate(config, moved, tmp_path / "b")
+    assert tree_equal(a.state.params, b.state.params)
+    assert tree_equal(a.state.prior, b.state.prior)
