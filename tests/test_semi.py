@@ -4,11 +4,13 @@ the batches, and that `--labels all` is the conditional VAE it always was."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_reliability import kill_repeatedly, train_command
 from trees import tree_equal
 
 from cvae import config as config_lib
@@ -204,3 +206,26 @@ def test_unlabelled_images_labels_are_never_read(tmp_path):
     b = train_and_evaluate(config, moved, tmp_path / "b")
     assert tree_equal(a.state.params, b.state.params)
     assert tree_equal(a.state.prior, b.state.prior)
+
+
+# 256 training images, 100 labelled: 156 unlabelled, 12 a step -> 13 steps an epoch, 78 in all.
+FEW_LABELS = ("--labels", "100", "--labelled-per-batch", "4", "--classifier-weight", "1")
+
+
+def test_sigkill_with_100_labels_then_resume_gives_identical_parameters(data_dir, tmp_path):
+    def finish(directory):
+        result = subprocess.run(train_command(data_dir, directory, *FEW_LABELS),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return load_checkpoint(directory)
+
+    reference = finish(tmp_path / "reference")
+    kills = kill_repeatedly(train_command(data_dir, tmp_path / "killed", *FEW_LABELS),
+                            tmp_path / "killed", seed=21)
+    assert kills >= 3, "the run finished before it could be killed enough times"
+    final = finish(tmp_path / "killed")
+    assert final.step == reference.step == 78
+    assert tree_equal(final.state.params, reference.state.params)
+    assert tree_equal(final.state.opt_state, reference.state.opt_state)
+    assert tree_equal(final.state.labelled, reference.state.labelled)
+    assert len(final.state.labelled["indices"]) == 100
