@@ -148,6 +148,12 @@ class Config:
     labelled_per_batch: int = knob(
         16, "With --labels N: labelled images in each batch (the rest unlabelled), cycled "
             "through the N within an epoch.")
+    classifier_shift: int = knob(
+        0, "With --labels N: q(y|x) reads each training image moved by up to this many pixels "
+           "each way, a fresh random shift every step (0 = as it is).")
+    consistency_weight: float = knob(
+        0.0, "With --labels N and --classifier-shift: weight of the squared difference between "
+             "q(y|x)'s readings of two shifts of each unlabelled image (0 = off).")
 
     def validate(self) -> Config:
         """Raise ConfigError naming the first bad field; return self so calls chain."""
@@ -196,6 +202,10 @@ class Config:
         if self.labels != "all" and self.free_bits > 0:
             raise ConfigError(f"free_bits={self.free_bits}: not with --labels {self.labels} "
                               f"(the semi-supervised loss has no free bits)")
+        if not 0 <= self.classifier_shift <= 8:
+            raise ConfigError(f"classifier_shift={self.classifier_shift}: must be in [0, 8]")
+        if self.consistency_weight < 0:
+            raise ConfigError(f"consistency_weight={self.consistency_weight}: must be >= 0")
         if self.classifier_weight < 0:
             raise ConfigError(f"classifier_weight={self.classifier_weight}: must be >= 0")
         if self.labels != "all" and not 1 <= self.labelled_per_batch < self.batch_size:

@@ -37,38 +37,62 @@ from cvae.model import CVAE
 from cvae.splits import labelled_indices
 
 
+def shift_images(key: jax.Array, images: jax.Array, max_shift: int) -> jax.Array:
+    """Each image f32[B, 784] moved by its own random (dy, dx) in [-max_shift, max_shift]^2
+    (rolled: MNIST's border is blank, so a roll of a few pixels is a shift)."""
+    shifts = jax.random.randint(key, (images.shape[0], 2), -max_shift, max_shift + 1)
+
+    def one(image, shift):
+        return jnp.roll(image.reshape(28, 28), shift, axis=(0, 1)).reshape(-1)
+
+    return jax.vmap(one)(images, shifts)
+
+
 def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unlabelled, z_key,
-                    train: bool, rngs: dict, mutable):
+                    train: bool, rngs: dict, mutable, shift_key: jax.Array | None = None):
     """One pass of the model over the labelled rows and every unlabelled row with each label.
 
-    -> ((class logits f32[B, 10], neg_elbo_labelled f32[n_l], neg_elbo_unlabelled f32[n_u, 10],
-    reconstruction and KL of the same rows), updates). Row layout of the VAE pass: the labelled
-    rows, then unlabelled image i with label y at n_l + 10 i + y.
+    -> ((class logits f32[B, 10], reconstruction f32[R], KL f32[R], n_l, second logits
+    f32[n_u, 10] or None), updates), R = n_l + 10 n_u rows: the labelled rows, then unlabelled
+    image i with label y at n_l + 10 i + y. With `classifier_shift` (and `shift_key`) q(y|x)
+    reads randomly shifted images; with `consistency_weight` it also reads a second shift of
+    each unlabelled image (the "second logits").
     """
+    config = model.config
     n_l, n_u = x_labelled.shape[0], x_unlabelled.shape[0]
     repeated = jnp.repeat(x_unlabelled, NUM_CLASSES, axis=0)
     targets = jnp.concatenate([x_labelled, repeated])
     labels = jnp.concatenate([y_labelled, jnp.tile(jnp.arange(NUM_CLASSES), n_u)])
+    read = jnp.concatenate([x_labelled, x_unlabelled])
+    if config.classifier_shift and shift_key is not None:
+        first_key, second_key = jax.random.split(shift_key)
+        read = shift_images(first_key, read, config.classifier_shift)
+        if config.consistency_weight > 0:
+            read = jnp.concatenate([read, shift_images(second_key, x_unlabelled,
+                                                       config.classifier_shift)])
 
     def forward(module):
-        return module(targets, labels, z_key, train), module.classify(
-            jnp.concatenate([x_labelled, x_unlabelled]), train)
+        return module(targets, labels, z_key, train), module.classify(read, train)
 
     ((logits, mean, logvar), class_logits), updates = model.apply(
         variables, rngs=rngs, mutable=mutable, method=forward)
-    return (class_logits, reconstruction(logits, targets, model.config.likelihood),
-            kl_divergence(mean, logvar), n_l), updates
+    second = class_logits[n_l + n_u:] if class_logits.shape[0] > n_l + n_u else None
+    return (class_logits[:n_l + n_u], reconstruction(logits, targets, config.likelihood),
+            kl_divergence(mean, logvar), n_l, second), updates
 
 
 def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_weight: float,
-                         y_labelled):
+                         y_labelled, consistency_weight: float = 0.0):
     """The batch estimate of J^alpha / N (module docstring) and its terms, from `per_label_terms`.
 
+    With second logits, `consistency_weight` times the mean squared difference of the two
+    readings' probabilities of each unlabelled image is added (the Pi-model's consistency).
     -> (loss, {"loss", "reconstruction", "kl", "labelled_loss", "unlabelled_loss",
-    "classifier_cross_entropy", "classifier_accuracy", "entropy"}); reconstruction and KL are the
-    expected terms over all images of the batch (q(y|x)-weighted for the unlabelled).
+    "classifier_cross_entropy", "classifier_accuracy", "entropy", "consistency"});
+    reconstruction and KL are the expected terms over all images of the batch (q(y|x)-weighted
+    for the unlabelled).
     """
-    class_logits, rec, kl, n_l = outputs
+    class_logits, rec, kl, n_l, second = outputs
     neg_elbo = rec + kl_weight * kl
     log_q = jax.nn.log_softmax(class_logits[n_l:])  # unlabelled: f32[n_u, 10]
     q = jnp.exp(log_q)
@@ -81,8 +105,10 @@ def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_w
     labelled = neg_elbo[:n_l]
     cross_entropy = optax.softmax_cross_entropy_with_integer_labels(class_logits[:n_l],
                                                                     y_labelled)
+    consistency = (jnp.zeros(()) if second is None else
+                   jnp.sum(jnp.square(q - jax.nn.softmax(second)), axis=-1).mean())
     loss = (labelled_share * labelled.mean() + (1.0 - labelled_share) * unlabelled.mean()
-            + classifier_weight * cross_entropy.mean())
+            + classifier_weight * cross_entropy.mean() + consistency_weight * consistency)
 
     def expected(values):  # labelled rows as they are, unlabelled ones under q(y|x)
         return jnp.concatenate([values[:n_l], jnp.sum(q * by_label(values), axis=-1)]).mean()
@@ -91,7 +117,7 @@ def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_w
              "labelled_loss": labelled.mean(), "unlabelled_loss": unlabelled.mean(),
              "classifier_cross_entropy": cross_entropy.mean(),
              "classifier_accuracy": jnp.mean(jnp.argmax(class_logits[:n_l], -1) == y_labelled),
-             "entropy": entropy.mean()}
+             "entropy": entropy.mean(), "consistency": consistency}
     return loss, terms
 
 

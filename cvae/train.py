@@ -122,9 +122,11 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
             n_l = batch["label"].shape[0]
             outputs, updates = per_label_terms(
                 model, variables, images[:n_l], batch["label"], images[n_l:], z_key, True,
-                {"dropout": dropout_key}, ["batch_stats"] if use_batch_norm else [])
+                {"dropout": dropout_key}, ["batch_stats"] if use_batch_norm else [],
+                shift_key=jax.random.fold_in(step_key, 1))
             loss, terms = semi_supervised_loss(outputs, kl_weight, labelled_share,
-                                               config.classifier_weight, batch["label"])
+                                               config.classifier_weight, batch["label"],
+                                               config.consistency_weight)
             return loss, (terms, updates)
 
         def loss_fn(params):

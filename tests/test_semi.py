@@ -229,3 +229,35 @@ def test_sigkill_with_100_labels_then_resume_gives_identical_parameters(data_dir
     assert tree_equal(final.state.opt_state, reference.state.opt_state)
     assert tree_equal(final.state.labelled, reference.state.labelled)
     assert len(final.state.labelled["indices"]) == 100
+
+
+def test_shift_moves_each_image_by_at_most_the_bound_and_zero_is_identity():
+    image = np.zeros((28, 28), np.float32)
+    image[10:14, 12:15] = 1.0
+    images = jnp.asarray(np.stack([image.reshape(-1)] * 64))
+    assert np.array_equal(semi.shift_images(jax.random.key(0), images, 0), images)
+    moved = np.asarray(semi.shift_images(jax.random.key(0), images, 2)).reshape(64, 28, 28)
+    rows, cols = np.nonzero(moved.sum(axis=2))[1], np.nonzero(moved.sum(axis=1))[1]
+    assert rows.min() >= 8 and rows.max() <= 15 and cols.min() >= 10 and cols.max() <= 16
+    assert np.all(moved.sum(axis=(1, 2)) == image.sum())  # nothing lost off the edge
+    assert len({m.tobytes() for m in moved}) > 10
+
+
+def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
+    config = SEMI.replace(classifier_shift=2, consistency_weight=3.0)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(3))
+    x = jnp.asarray(synthetic_dataset(8).train_images.reshape(8, -1) / 255.0, jnp.float32)
+    y = jnp.zeros((3,), jnp.int32)
+    plain, _ = semi.per_label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1), False,
+                                    {}, [])
+    assert plain[4] is None
+    shifted, _ = semi.per_label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1),
+                                      False, {}, [], shift_key=jax.random.key(2))
+    assert shifted[0].shape == (8, NUM_CLASSES) and shifted[4].shape == (5, NUM_CLASSES)
+    base, terms = semi.semi_supervised_loss(shifted, 1.0, 0.1, 0.5, y)
+    with_consistency, _ = semi.semi_supervised_loss(shifted, 1.0, 0.1, 0.5, y, 3.0)
+    assert float(terms["consistency"]) > 0
+    # float32 losses of a few hundred nats: their difference is good to about 1e-4
+    assert float(with_consistency - base) == pytest.approx(3.0 * float(terms["consistency"]),
+                                                           abs=5e-4)
