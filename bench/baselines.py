@@ -20,8 +20,9 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import Response
 
 from cvae.grid import grid_shape, png_bytes
-from service.app import (RANDOM_SEED_LIMIT, SampleParams, create_app, sample_params,
-                         served_model)
+from service.app import create_app
+from service.dependencies import RANDOM_SEED_LIMIT, served_model
+from service.params import SampleParams, sample_params
 from service.checkpoints import Loaded
 
 

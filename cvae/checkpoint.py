@@ -295,7 +295,7 @@ def set_aside_previous_run(checkpoint_dir: Path) -> Path | None:
     archive.mkdir()
     for path in previous:
         path.rename(archive / path.name)
-    log.warning("--fresh: moved the previous run in %s to %s", checkpoint_dir, archive)
+    log.info("--fresh: moved the previous run in %s to %s", checkpoint_dir, archive)
     return archive
 
 

@@ -23,6 +23,9 @@ from cvae import limits
 from cvae.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
+# The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
+# everything else (JAX, Orbax, ...) only from WARNING up.
+OWN_LOGGERS = ("cvae", "service")
 
 
 def bounded(kind: type, low=None, high=None, low_open: bool = False):
@@ -88,12 +91,20 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cvae", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (add_data_command, add_train_command, add_launch_command,
+                        add_sample_command, add_eval_command, add_serve_command):
+        add_command(commands)
+    return parser
 
+
+def add_data_command(commands) -> None:
     data = commands.add_parser("data", help="prepare MNIST IDX files under --data-dir (offline)")
     data.add_argument("--data-dir", default="data", help="where the IDX files go (default data)")
     data.add_argument("--dataset", choices=config_lib.CHOICES["dataset"], default="mnist",
                       help="which dataset to prepare (default mnist)")
 
+
+def add_train_command(commands) -> None:
     train = commands.add_parser("train", help="train (resumes from the latest checkpoint)")
     train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default",
                        help="the config the flags below change (default: default)")
@@ -110,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_distributed_flags(train)
     add_config_flags(train)
 
+
+def add_launch_command(commands) -> None:
     launch = commands.add_parser(
         "launch", help="run `cvae train` as N local processes on JAX's distributed runtime",
         usage="cvae launch --local-processes N [--grace-seconds S] -- <cvae train flags>")
@@ -122,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("train_flags", nargs=argparse.REMAINDER,
                         help="flags for each `cvae train` (after --)")
 
+
+def add_sample_command(commands) -> None:
     sample = commands.add_parser("sample", help="render a PNG grid of generated digits")
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from (default checkpoints)")
@@ -144,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"px of background around every tile (default {limits.DEFAULT_PAD})")
     sample.add_argument("--out", required=True, help="output PNG path")
 
+
+def add_eval_command(commands) -> None:
     evaluate = commands.add_parser("eval", help="test-set metrics of a checkpoint")
     evaluate.add_argument("--checkpoint-dir", default="checkpoints",
                           help="the run to evaluate, its newest checkpoint (default checkpoints)")
@@ -173,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also score the samples of the checkpoint in DIR (e.g. a "
                                "`--preset seed` run) in the same run, and their FD ratio")
 
+
+def add_serve_command(commands) -> None:
+    from service.logs import LOG_FORMATS  # the standard library only: --help stays quick
+
     serve = commands.add_parser("serve", help="serve /sample over HTTP")
     serve.add_argument("--checkpoint-dir", default="checkpoints",
                        help="the run to serve; newer checkpoints are picked up (default "
@@ -196,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "revalidating its ETag (default 600)")
     serve.add_argument("--no-access-log", dest="access_log", action="store_false",
                        help="do not log every request (for load tests)")
-    return parser
+    serve.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                       help="text: gunicorn's usual lines; json: one JSON object per line, "
+                            "with a request id also returned as X-Request-ID (default text)")
 
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:
@@ -325,12 +348,16 @@ def workers_count(text: str) -> int | str:
 
 
 def cmd_serve(args) -> int:
+    from service.logs import configure_logging
     from service.server import lazy_app, serve
 
+    configure_logging(args.log_format)
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
-                   poll_interval=args.poll_interval, cache_max_age=args.cache_max_age)
+                   poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
+                   request_ids=args.log_format == "json")
     serve(app, args.host, args.port, workers=args.workers, read_timeout=args.read_timeout,
-          write_timeout=args.write_timeout, access_log=args.access_log)
+          write_timeout=args.write_timeout, access_log=args.access_log,
+          log_format=args.log_format)
     return 0
 
 
@@ -347,6 +374,8 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample"
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
         return COMMANDS[args.command](args)
     except USER_ERRORS as error:

@@ -154,7 +154,7 @@ class CheckpointWatcher:
             return reason
         self.current = loaded
         self._notify("loaded", step)
-        log.warning("serving checkpoint step %d from %s", step, self.directory)
+        log.info("serving checkpoint step %d from %s", step, self.directory)
         return None
 
     def _notify(self, outcome: str, step: int) -> None:

@@ -30,8 +30,11 @@ import tempfile
 from typing import Callable
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger as GunicornLogger
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
+
+from service.logs import JsonFormatter
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +137,39 @@ def _cancel(timer: asyncio.TimerHandle | None) -> None:
         timer.cancel()
 
 
+class OwnedSocketsWorker(UvicornWorker):
+    """uvicorn-worker's worker, handing uvicorn the listening sockets themselves.
+
+    The event loop's server owns a socket it is given (asyncio's contract) and closes its
+    descriptor on shutdown. uvloop then detaches a `socket.socket`, but calls `close()` on any
+    other object, and uvicorn-worker passes gunicorn's wrappers (`gunicorn.sock.TCPSocket`),
+    which answer that second close of a closed descriptor by logging "Error while closing
+    socket [Errno 9] Bad file descriptor" on every clean shutdown. The wrappers keep the same
+    socket objects, which are left detached, so nothing closes a descriptor twice.
+    """
+
+    def run(self) -> None:
+        self.sockets = [getattr(listener, "sock", listener) for listener in self.sockets]
+        super().run()
+
+
 def worker_class(read_timeout: float, write_timeout: float) -> type[UvicornWorker]:
     """An uvicorn worker on uvloop + httptools with the client time limits set."""
     protocol = type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,),
                     {"read_timeout": read_timeout, "write_timeout": write_timeout})
-    return type("CvaeWorker", (UvicornWorker,),
+    return type("CvaeWorker", (OwnedSocketsWorker,),
                 {"CONFIG_KWARGS": {"loop": "uvloop", "http": protocol}})
+
+
+class JsonLinesLogger(GunicornLogger):
+    """gunicorn's logger (its own lines, and uvicorn's, which use its handlers) writing one JSON
+    object per line: `cvae serve --log-format json` (service/logs.py)."""
+
+    def setup(self, cfg) -> None:
+        super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                handler.setFormatter(JsonFormatter())
 
 
 def resolve_workers(workers: int | str) -> int:
@@ -174,8 +204,10 @@ def _worker_exited(_arbiter, worker) -> None:
 def serve(app_factory: Callable, host: str = "127.0.0.1", port: int = 8000, *,
           workers: int | str = 1, read_timeout: float = 10.0, write_timeout: float = 30.0,
           keep_alive: int = 5, graceful_timeout: float = GRACEFUL_TIMEOUT_S,
-          access_log: bool = True, log_level: str = "info") -> None:
+          access_log: bool = True, log_level: str = "info", log_format: str = "text") -> None:
     """Run `app_factory()` in `workers` processes on host:port until SIGTERM or SIGINT.
+
+    log_format: `text` (gunicorn's lines) or `json` (one JSON object per line, service/logs.py).
 
     Sets up the Prometheus multiprocess directory (a fresh temporary one, unless
     PROMETHEUS_MULTIPROC_DIR names one, which is emptied) before any worker starts.
@@ -202,6 +234,8 @@ def serve(app_factory: Callable, host: str = "127.0.0.1", port: int = 8000, *,
         "control_socket_disable": True,  # gunicorn's default path is shared by every server
         "proc_name": "cvae-serve",
     }
+    if log_format == "json":
+        settings["logger_class"] = JsonLinesLogger
     master = os.getpid()
     try:
         _Gunicorn(app_factory, settings).run()

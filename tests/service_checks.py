@@ -457,7 +457,7 @@ def _accepted(path: str, query: dict, body, response) -> None:
         if _refused_upload(body, query, response.json()["detail"][0]["type"]):
             return
     if response.status_code == 422:
-        from service.app import MAX_PIXELS
+        from service.responses import MAX_PIXELS
 
         size = {"/sample": expected_size, "/interpolate": walk_size,
                 "/transfer": transfer_size}[path]

@@ -94,6 +94,7 @@ def test_train_on_a_finished_run_does_nothing_and_keeps_the_checkpoint(trained):
     (["sample", "--temperature", "0", "--out", "x.png"], "--temperature: 0.0 is outside (0, 2]"),
     (["sample", "--scale", "50", "--out", "x.png"], "--scale: 50 is outside [1, 8]"),
     (["train", "--likelihood", "poisson"], "invalid choice: 'poisson'"),
+    (["serve", "--log-format", "yaml"], "--log-format: invalid choice: 'yaml'"),
 ])
 def test_bad_flags_name_the_flag_and_range(args, fragment, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -6,17 +6,20 @@ import concurrent.futures
 import dataclasses
 import gc
 import io
+import json
 import os
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
 from cvae.grid import grid_shape
-from service.app import MAX_PIXELS, create_app
+from service.app import create_app
+from service.responses import MAX_PIXELS
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +228,19 @@ def test_health_ready_metrics_docs_and_page(client, trained_run):
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "<img" in page.text and "http://" not in page.text and "https://" not in page.text
+
+
+OPENAPI_SNAPSHOT = Path(__file__).with_name("openapi.json")
+
+
+def test_openapi_schema_is_the_committed_snapshot():
+    """The HTTP contract changes only on purpose. After a deliberate change, rewrite the
+    snapshot with `CVAE_UPDATE_OPENAPI=1 pytest tests/test_service.py -k snapshot` and review
+    its diff."""
+    text = json.dumps(create_app("unused").openapi(), sort_keys=True, indent=1) + "\n"
+    if os.environ.get("CVAE_UPDATE_OPENAPI") == "1":
+        OPENAPI_SNAPSHOT.write_text(text)
+    assert text == OPENAPI_SNAPSHOT.read_text()
 
 
 def test_no_checkpoint_is_503_then_served_once_one_appears(tmp_path, trained_run):

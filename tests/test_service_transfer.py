@@ -1,4 +1,4 @@
-"""`POST /transfer` and `GET /interpolate` (service/app.py, service/transfer_api.py): the
+"""`POST /transfer` and `GET /interpolate` (service/routes/, service/uploads.py): the
 pictures, their headers and caching, batching, and every bad upload, through TestClient."""
 
 from __future__ import annotations

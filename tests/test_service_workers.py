@@ -153,6 +153,7 @@ def test_sigterm_under_load_answers_every_accepted_request_and_exits_0(tmp_path,
     assert all(r.finished_at > signalled for r in refused)
     text = log.read_text()
     assert "Traceback" not in text and "Shutting down: Master" in text
+    assert "Error while closing socket" not in text  # each worker logged it before the fix
 
 
 def test_two_replicas_over_one_directory_move_to_a_new_step_and_agree_byte_for_byte(

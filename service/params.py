@@ -1,0 +1,178 @@
+"""The query strings the routes take, each one pydantic model, and how a bad one is answered.
+
+The parameters that mean the same on every route (`seed`, `scale`, `pad`) are field types
+defined once here; each route's model lists its fields in the order its OpenAPI page shows
+them. `/interpolate` and `/transfer` read theirs through FastAPI (`Annotated[Model, Query()]`),
+which also writes their OpenAPI entries. `/sample`, the hot path, validates its query string in
+one pydantic call (`query_model`) and describes it with `query_parameters`.
+
+A bad query string is answered 422 with `message` (one sentence per bad parameter: its name,
+what it accepts, the value given) and `detail` (FastAPI's list of problems).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
+                         DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
+                         MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
+from cvae.sampling import DIGITS
+
+# What each query parameter accepts, as the 422 message words it.
+PARAMETER_RULES = {
+    "digit": "an integer in 0..9, or omitted for one row per digit",
+    "n": f"an integer in 1..{MAX_N}",
+    "cols": f"an integer in 1..{MAX_N}",
+    "seed": f"an integer in 0..{MAX_SEED}",
+    "temperature": f"a number with 0 < temperature <= {MAX_TEMPERATURE:g}",
+    "scale": f"an integer in 1..{MAX_SCALE}",
+    "pad": f"an integer in 0..{MAX_PAD}",
+    "label": "an integer in 0..9 (the digit the image shows), or omitted to let the model read it",
+    "digits": "integers in 0..9, given 1 to 10 times (digits=3&digits=5), or omitted for 0-9",
+    "samples": f"an integer in 0..{MAX_POSTERIOR_SAMPLES} (0: the posterior mean)",
+    "prepare": "mnist (fit the digit as MNIST was made) or none (a 28x28 image as it is)",
+    "show_input": "true or false",
+    "walk": "latent (between two seeds, per digit) or digits (one z through the ten digits)",
+    "to_seed": f"an integer in 0..{MAX_SEED}",
+    "steps": f"an integer in 2..{MAX_STEPS}",
+}
+
+# ---- parameters that mean the same on several routes ---------------------------------------------
+
+Seed = Annotated[int | None, Field(ge=0, le=MAX_SEED,
+                                   description="omit for a random one (see X-Seed)")]
+Scale = Annotated[int, Field(ge=1, le=MAX_SCALE, description="integer upscale of each tile")]
+Pad = Annotated[int, Field(ge=0, le=MAX_PAD, description="px around every tile")]
+PrepareMode = Annotated[Literal["mnist", "none"], Field(
+    description="mnist: fit the digit into 20x20, centre of mass at the centre of 28x28; none: "
+                "a 28x28 image as it is (light on dark)")]
+
+
+class SampleParams(BaseModel):
+    """`/sample`'s query parameters (also `/bench/plain`'s)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    digit: int | None = Field(None, ge=0, le=9, description="0-9; omit: one row per digit")
+    n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
+    cols: int | None = Field(None, ge=1, le=MAX_N,
+                             description="default ceil(sqrt(n)); n without digit")
+    seed: Seed = None
+    temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
+                               description="the sampling noise is N(0, t^2 I); the "
+                                           "model's prior maps it to its latent")
+    scale: Scale = DEFAULT_SCALE
+    pad: Pad = DEFAULT_PAD
+
+
+class InterpolateParams(BaseModel):
+    """`/interpolate`'s query parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    walk: Literal["latent", "digits"] = Field(
+        "latent", description="latent: from seed's sample to to_seed's, per digit; digits: "
+                              "keep each z and decode it as every digit 0-9")
+    digit: int | None = Field(None, ge=0, le=9, description="latent: 0-9, omit for a row per "
+                              "digit; digits: whose samples are kept (default 0)")
+    seed: Seed = None
+    to_seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                                description="latent walk's far end; default seed + 1")
+    steps: int = Field(DEFAULT_STEPS, ge=2, le=MAX_STEPS,
+                       description="latent walk: tiles per row, ends included")
+    n: int = Field(1, ge=1, le=MAX_N, description="digits walk: latents, one row each")
+    temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
+                               description="z ~ N(0, t^2 I)")
+    cols: int | None = Field(None, ge=1, le=MAX_N,
+                             description="default: steps (latent), 10 (digits)")
+    scale: Scale = DEFAULT_SCALE
+    pad: Pad = DEFAULT_PAD
+
+
+class TransferParams(BaseModel):
+    """`/transfer`'s query parameters; `digits` is a tuple, 0-9 when omitted."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: int | None = Field(None, ge=0, le=9, description="the digit the image shows; omit: "
+                              "the label with the best ELBO (see X-Label)")
+    digits: list[Annotated[int, Field(ge=0, le=9)]] | None = Field(
+        None, min_length=1, max_length=10, validate_default=True, description="labels to "
+        "decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
+    samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
+                         "mean (one row); k: k posterior draws, one row each")
+    seed: Seed = None
+    prepare: PrepareMode = "mnist"
+    show_input: bool = Field(False, description="start every row with the prepared 28x28 "
+                                                "input")
+    cols: int | None = Field(None, ge=1, le=MAX_N, description="default: one row per z "
+                             "(digits, plus 1 with show_input)")
+    scale: Scale = DEFAULT_SCALE
+    pad: Pad = DEFAULT_PAD
+
+    @field_validator("digits")
+    @classmethod
+    def _digits_as_tuple(cls, digits: list[int] | None) -> tuple[int, ...]:
+        # A tuple: it goes into the ETag's key as it always has, and into the decode request.
+        return DIGITS if digits is None else tuple(digits)
+
+
+# ---- /sample's own fast path ---------------------------------------------------------------
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict]:
+    """OpenAPI `parameters` for a model read from the query string by `query_model`."""
+    schema = model.model_json_schema()
+    return [{"name": name, "in": "query", "required": name in schema.get("required", ()),
+             "description": field.pop("description", ""),
+             "schema": {k: v for k, v in field.items() if k != "title"}}
+            for name, field in schema["properties"].items()]
+
+
+def query_model(model: type[BaseModel]):
+    """A dependency that validates the query string as `model` in one pydantic call.
+
+    FastAPI's own per-parameter parsing costs about 0.04 ms more per request (measured), a
+    tenth of this service's budget; errors come out the same (422, loc ["query", name]).
+    Only for models without list fields (a repeated parameter keeps its last value here).
+    """
+    async def parse(request: Request):
+        try:
+            return model.model_validate(request.query_params)
+        except ValidationError as invalid:
+            raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
+                                          for e in invalid.errors(include_url=False)]) from None
+    return parse
+
+
+sample_params = query_model(SampleParams)
+SAMPLE_QUERY = {"parameters": query_parameters(SampleParams)}
+
+
+# ---- the 422 -------------------------------------------------------------------------------
+
+
+def describe_errors(errors: list[dict]) -> str:
+    """One sentence per bad parameter: 'digit: must be an integer in 0..9 (got '10')'."""
+    parts = []
+    for item in errors:
+        loc = item.get("loc") or ()
+        name = next((part for part in reversed(loc) if isinstance(part, str)), "request")
+        if name in PARAMETER_RULES:
+            parts.append(f"{name}: must be {PARAMETER_RULES[name]} (got {item.get('input')!r})")
+        else:
+            parts.append(f"{'.'.join(map(str, loc))}: {item.get('msg')}")
+    return "; ".join(parts)
+
+
+async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = jsonable_encoder(exc.errors())
+    return JSONResponse({"message": describe_errors(errors), "detail": errors}, status_code=422)
+

@@ -1,0 +1,1 @@
+"""The service's routes, one `APIRouter` per job; `service.app.create_app` includes them all."""

@@ -1,0 +1,84 @@
+"""Generated digits: `GET /sample` (a grid of samples) and `GET /interpolate` (latent walks).
+
+Both answer a PNG grid decoded through the batcher. A seeded request carries a strong ETag and
+is answered 304 when `If-None-Match` matches, without decoding; an unseeded one draws a seed,
+returns it as X-Seed, and is never cached.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+
+from cvae.interpolation import DigitWalk, LatentWalk
+from cvae.sampling import DIGITS, LatentRequest, grid_columns
+from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
+                                  random_seed)
+from service.params import SAMPLE_QUERY, InterpolateParams, SampleParams, sample_params
+from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_matches,
+                               too_large)
+
+router = APIRouter()
+
+
+@router.get("/sample", response_class=Response, responses=SAMPLE_RESPONSES,
+            openapi_extra=SAMPLE_QUERY)
+async def sample(request: Request, params: Annotated[SampleParams, Depends(sample_params)],
+                 loaded: ServedModel):
+    """A PNG grid of generated digits (8-bit grayscale; layout as torchvision make_grid)."""
+    digits = DIGITS if params.digit is None else (params.digit,)
+    cols = grid_columns(params.digit, params.n, params.cols)
+    if (refusal := too_large(params, len(digits) * params.n, cols)) is not None:
+        return refusal
+    if params.seed is None:
+        seed = random_seed()
+        headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
+                   "Cache-Control": "no-store"}
+    else:
+        seed = params.seed
+        etag = entity_tag(loaded, "sample", (params.digit, params.n, cols, seed,
+                                             params.temperature, params.scale, params.pad))
+        headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
+                   "ETag": etag, "Cache-Control": cache_control(request)}
+        if etag_matches(request.headers.get("if-none-match"), etag):
+            return Response(status_code=304, headers=headers)
+    images = await decode(request, loaded, LatentRequest(seed, digits, params.n,
+                                                         params.temperature))
+    if isinstance(images, Response):
+        return images
+    png = await encode_png(images, cols, params.scale, params.pad)
+    return Response(png, media_type="image/png", headers=headers)
+
+
+@router.get("/interpolate", response_class=Response, responses=SAMPLE_RESPONSES)
+async def interpolate(request: Request, params: Annotated[InterpolateParams, Query()],
+                      loaded: ServedModel):
+    """A walk through the latent space: `walk=latent` goes from seed's sample to to_seed's
+    (one row per digit); `walk=digits` keeps each z and decodes it as every digit."""
+    seed = random_seed() if params.seed is None else params.seed
+    if params.walk == "latent":
+        digits = DIGITS if params.digit is None else (params.digit,)
+        to_seed = (seed + 1) % RANDOM_SEED_LIMIT if params.to_seed is None else params.to_seed
+        work = LatentWalk(seed, to_seed, digits, params.steps, params.temperature)
+        cols = params.cols or params.steps
+    else:
+        work = DigitWalk(seed, params.digit or 0, params.n, params.temperature)
+        cols = params.cols or len(DIGITS)
+    count = "steps" if params.walk == "latent" else "n"
+    if (refusal := too_large(params, work.rows, cols, count)) is not None:
+        return refusal
+    headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
+               "Cache-Control": "no-store"}
+    if params.seed is not None:
+        headers["ETag"] = entity_tag(loaded, "interpolate", (
+            params.walk, *work, cols, params.scale, params.pad))
+        headers["Cache-Control"] = cache_control(request)
+        if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
+            return Response(status_code=304, headers=headers)
+    images = await decode(request, loaded, work)
+    if isinstance(images, Response):
+        return images
+    png = await encode_png(images, cols, params.scale, params.pad)
+    return Response(png, media_type="image/png", headers=headers)

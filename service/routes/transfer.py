@@ -1,0 +1,76 @@
+"""Handwriting style transfer: `POST /transfer` decodes an uploaded digit's style as every digit.
+
+The upload is read and prepared by service/uploads.py; the encode (posterior) and decode run in
+one batched request (`cvae.transfer.TransferRequest`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from cvae.transfer import TransferRequest, transfer_tiles
+from service.dependencies import ServedModel, cache_control, decode, random_seed
+from service.params import TransferParams
+from service.responses import (IMAGE_HEADERS, SAMPLE_RESPONSES, BadParameters, encode_png,
+                               entity_tag, too_large)
+from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
+
+TRANSFER_RESPONSES = {
+    **SAMPLE_RESPONSES,
+    200: {**SAMPLE_RESPONSES[200], "headers": {**IMAGE_HEADERS, "X-Label": {
+        "description": "the digit the upload was encoded as: `label`, or the one the model "
+                       "read", "schema": {"type": "integer"}}}},
+    422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
+                                                 "damaged, blank, or not 28x28 with prepare=none"},
+    **UPLOAD_RESPONSES,
+}
+del TRANSFER_RESPONSES[304]  # a POST is never answered 304 (see the route)
+
+router = APIRouter()
+
+
+@router.post("/transfer", response_class=Response, responses=TRANSFER_RESPONSES,
+             openapi_extra=UPLOAD_BODY)
+async def transfer(request: Request, params: Annotated[TransferParams, Query()],
+                   loaded: ServedModel):
+    """Handwriting style transfer: the uploaded digit's style (its posterior z) decoded as
+    every digit in `digits`; one row per z. The body is the PNG or JPEG file itself.
+
+    A deterministic result (the posterior mean, or draws with a seed) carries an ETag that
+    covers the uploaded bytes, but is never answered 304: RFC 9110 answers a POST whose
+    If-None-Match matches with 412, and shared caches do not store POST responses.
+    """
+    cols = params.cols or len(params.digits) + params.show_input
+    tiles = (len(params.digits) + params.show_input) * max(1, params.samples)
+    if (refusal := too_large(params, tiles, cols, "samples")) is not None:
+        return refusal  # before the upload is read or decoded
+    upload = await read_digit(request, params.prepare)
+    if isinstance(upload, Response):
+        return upload
+    image, digest = upload
+    seed = params.seed
+    if params.samples and seed is None:
+        seed = random_seed()
+    headers = {"X-Checkpoint-Step": str(loaded.step)}
+    if params.samples:
+        headers["X-Seed"] = str(seed)
+    if params.samples and params.seed is None:
+        headers["Cache-Control"] = "no-store"
+    else:
+        headers["ETag"] = entity_tag(loaded, "transfer", (
+            digest, params.prepare, params.label, params.digits, params.samples,
+            seed if params.samples else None, params.show_input, cols, params.scale,
+            params.pad))
+        headers["Cache-Control"] = cache_control(request)
+    work = TransferRequest(image, params.label, params.digits, params.samples, seed or 0)
+    result = await decode(request, loaded, work)
+    if isinstance(result, Response):
+        return result
+    images, label = result
+    headers["X-Label"] = str(label)
+    png = await encode_png(transfer_tiles(images, work, params.show_input), cols,
+                           params.scale, params.pad)
+    return Response(png, media_type="image/png", headers=headers)
