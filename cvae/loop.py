@@ -99,7 +99,25 @@ def create_read_prior_fit(model, fit_fn, labelled):
     return fit
 
 
-def adopt_labelled_set(state, labelled: dict, checkpoint_dir: Path, mesh):
+def create_validation(model, config: Config, split, mesh, labelled: dict | None):
+    """`validate(state, key) -> metrics` on the validation split: the training objective's
+    terms (`cvae.evaluate`), and with a labelled set q(y|x)'s error ("classifier_error")."""
+    eval_step = create_eval_step(model, config)
+    images, labels = replicate(device_arrays(split.validation_images, split.validation_labels),
+                               mesh)
+    classifier_error = None if labelled is None else semi.create_error_fn(model)
+
+    def validate(state, key) -> dict[str, float]:
+        metrics = evaluate(eval_step, state.eval_variables(), images, labels, key,
+                           config.eval_batch_size, config)
+        if classifier_error is not None:
+            metrics["classifier_error"] = classifier_error(state.eval_variables(), images, labels)
+        return metrics
+
+    return validate
+
+
+def adopt_labelled_set(state, labelled: dict, checkpoint_dir: Path):
     """`state` carrying the run's labelled set; a resumed state must carry the same one."""
     if int(state.step) > 0:
         semi.check_labelled_set(jax.device_get(state.labelled), labelled, checkpoint_dir)
@@ -193,17 +211,14 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                                           share)
     state = start_state(state, config, checkpoint_dir, fresh=fresh, init_from=init_from)
     if labelled is not None:
-        state = adopt_labelled_set(state, labelled, checkpoint_dir, mesh)
+        state = adopt_labelled_set(state, labelled, checkpoint_dir)
     state, images, labels = replicate((state, images, labels), mesh)
 
     train_chunk = (create_train_chunk(train_step, config.batch_size, mesh) if labelled is None
                    else semi.create_semi_train_chunk(train_step, config))
     epoch_order = create_epoch_order(key, images.shape[0], labelled, mesh)
-    eval_step = create_eval_step(model, config)
-    validation_images, validation_labels = replicate(
-        device_arrays(split.validation_images, split.validation_labels), mesh)
+    validate = create_validation(model, config, split, mesh, labelled)
     fit_prior = create_prior_fit(model, config, split.train_labels, labelled)
-    classifier_error = None if labelled is None else semi.create_error_fn(model)
 
     step = int(state.step)
     run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step,
@@ -232,11 +247,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
             if fit_prior is not None:
                 state = run.state = fit_prior(state, images, labels,
                                               prior_fit_key(key, run.epoch))
-            metrics = evaluate(eval_step, state.eval_variables(), validation_images,
-                               validation_labels, key, config.eval_batch_size, config)
-            if classifier_error is not None:
-                metrics["classifier_error"] = classifier_error(
-                    state.eval_variables(), validation_images, validation_labels)
+            metrics = validate(state, key)
             events.emit("eval_end", run, metrics)
             if run.non_finite:
                 break  # a non-finite validation figure: nothing of this epoch is saved
