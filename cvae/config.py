@@ -199,9 +199,6 @@ class Config:
                                          and int(self.labels) % NUM_CLASSES == 0):
             raise ConfigError(f"labels={self.labels!r}: must be all, or a positive multiple of "
                               f"{NUM_CLASSES} (the same number of each class)")
-        if self.labels != "all" and self.free_bits > 0:
-            raise ConfigError(f"free_bits={self.free_bits}: not with --labels {self.labels} "
-                              f"(the semi-supervised loss has no free bits)")
         if not 0 <= self.classifier_shift <= 8:
             raise ConfigError(f"classifier_shift={self.classifier_shift}: must be in [0, 8]")
         if self.consistency_weight < 0:

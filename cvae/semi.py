@@ -32,7 +32,7 @@ import optax
 
 from cvae.config import NUM_CLASSES, Config
 from cvae.errors import ResumeError
-from cvae.losses import kl_divergence, reconstruction
+from cvae.losses import kl_per_dimension, reconstruction
 from cvae.model import CVAE
 from cvae.splits import labelled_indices
 
@@ -52,7 +52,8 @@ def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unla
                     train: bool, rngs: dict, mutable, shift_key: jax.Array | None = None):
     """One pass of the model over the labelled rows and every unlabelled row with each label.
 
-    -> ((class logits f32[B, 10], reconstruction f32[R], KL f32[R], n_l, second logits
+    -> ((class logits f32[B, 10], reconstruction f32[R], KL f32[R, L] per dimension, n_l,
+    second logits
     f32[n_u, 10] or None), updates), R = n_l + 10 n_u rows: the labelled rows, then unlabelled
     image i with label y at n_l + 10 i + y. With `classifier_shift` (and `shift_key`) q(y|x)
     reads randomly shifted images; with `consistency_weight` it also reads a second shift of
@@ -78,21 +79,26 @@ def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unla
         variables, rngs=rngs, mutable=mutable, method=forward)
     second = class_logits[n_l + n_u:] if class_logits.shape[0] > n_l + n_u else None
     return (class_logits[:n_l + n_u], reconstruction(logits, targets, config.likelihood),
-            kl_divergence(mean, logvar), n_l, second), updates
+            kl_per_dimension(mean, logvar), n_l, second), updates
 
 
 def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_weight: float,
-                         y_labelled, consistency_weight: float = 0.0):
+                         y_labelled, consistency_weight: float = 0.0, free_bits: float = 0.0):
     """The batch estimate of J^alpha / N (module docstring) and its terms, from `per_label_terms`.
 
-    With second logits, `consistency_weight` times the mean squared difference of the two
-    readings' probabilities of each unlabelled image is added (the Pi-model's consistency).
+    The KL enters as kl_weight times its weighted mean over the rows (each labelled row
+    weighs labelled_share / n_l, unlabelled row (i, y) (1 - labelled_share) q(y|x_i) / n_u), so
+    with `free_bits` each latent dimension's weighted mean KL is floored before summing, as
+    `cvae.losses.objective` floors the batch mean. With second logits, `consistency_weight`
+    times the mean squared difference of the two readings' probabilities of each unlabelled
+    image is added (the Pi-model's consistency).
     -> (loss, {"loss", "reconstruction", "kl", "labelled_loss", "unlabelled_loss",
     "classifier_cross_entropy", "classifier_accuracy", "entropy", "consistency"});
     reconstruction and KL are the expected terms over all images of the batch (q(y|x)-weighted
     for the unlabelled).
     """
-    class_logits, rec, kl, n_l, second = outputs
+    class_logits, rec, kl_per_dim, n_l, second = outputs
+    kl = kl_per_dim.sum(axis=-1)
     neg_elbo = rec + kl_weight * kl
     log_q = jax.nn.log_softmax(class_logits[n_l:])  # unlabelled: f32[n_u, 10]
     q = jnp.exp(log_q)
@@ -109,6 +115,12 @@ def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_w
                    jnp.sum(jnp.square(q - jax.nn.softmax(second)), axis=-1).mean())
     loss = (labelled_share * labelled.mean() + (1.0 - labelled_share) * unlabelled.mean()
             + classifier_weight * cross_entropy.mean() + consistency_weight * consistency)
+    if free_bits > 0:  # the KL term again, with each dimension's weighted mean floored
+        n_u = q.shape[0]
+        weights = jnp.concatenate([jnp.full((n_l,), labelled_share / n_l),
+                                   (1.0 - labelled_share) * q.reshape(-1) / n_u])
+        per_dim = jnp.einsum("r,rd->d", weights, kl_per_dim)
+        loss += kl_weight * (jnp.maximum(per_dim, free_bits).sum() - per_dim.sum())
 
     def expected(values):  # labelled rows as they are, unlabelled ones under q(y|x)
         return jnp.concatenate([values[:n_l], jnp.sum(q * by_label(values), axis=-1)]).mean()

@@ -126,7 +126,7 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
                 shift_key=jax.random.fold_in(step_key, 1))
             loss, terms = semi_supervised_loss(outputs, kl_weight, labelled_share,
                                                config.classifier_weight, batch["label"],
-                                               config.consistency_weight)
+                                               config.consistency_weight, config.free_bits)
             return loss, (terms, updates)
 
         def loss_fn(params):

@@ -67,7 +67,7 @@ def test_too_many_labels_for_a_class_names_the_field():
 @pytest.mark.parametrize("changes, field", [
     ({"labels": "15"}, "labels"), ({"labels": "x"}, "labels"), ({"labels": "0"}, "labels"),
     ({"labelled_per_batch": 16}, "labelled_per_batch"),
-    ({"classifier_weight": -1.0}, "classifier_weight"), ({"free_bits": 0.5}, "free_bits")])
+    ({"classifier_weight": -1.0}, "classifier_weight")])
 def test_bad_semi_supervised_config_names_the_field(changes, field):
     with pytest.raises(ConfigError, match=f"^{field}="):
         SEMI.replace(**changes).validate()
@@ -261,3 +261,21 @@ def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
     # float32 losses of a few hundred nats: their difference is good to about 1e-4
     assert float(with_consistency - base) == pytest.approx(3.0 * float(terms["consistency"]),
                                                            abs=5e-4)
+
+
+def test_free_bits_floor_each_dimensions_weighted_mean_kl():
+    """With labelled_share 1 the unlabelled rows weigh nothing, and the floor acts on the
+    labelled rows' mean KL per dimension exactly as `cvae.losses.objective` does."""
+    from cvae.losses import objective
+
+    rng = np.random.default_rng(0)
+    rec = jnp.asarray(rng.random(4 + NUM_CLASSES) * 100, jnp.float32)  # 4 labelled, 1 not
+    kl_per_dim = jnp.asarray(rng.random((4 + NUM_CLASSES, 3)) * 0.4, jnp.float32)
+    outputs = (jnp.zeros((5, NUM_CLASSES)), rec, kl_per_dim, 4, None)
+    y = jnp.zeros((4,), jnp.int32)
+    loss, _ = semi.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y, free_bits=0.3)
+    expected = objective(rec[:4].mean(), kl_per_dim[:4].sum(-1).mean(), kl_per_dim[:4].mean(0),
+                         kl_weight=2.0, free_bits=0.3)
+    assert float(loss) == pytest.approx(float(expected), rel=1e-6)
+    plain, _ = semi.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y)
+    assert float(loss) > float(plain)
