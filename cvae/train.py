@@ -20,6 +20,7 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from cvae.config import Config
+from cvae.errors import ConfigError
 from cvae.losses import vae_loss
 from cvae.model import CVAE, init_variables
 from cvae.optim import create_kl_weight_schedule
@@ -104,6 +105,9 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
     state = create_train_state(key, model, optimizer, config)
     if mesh is not None:
         check_divisible(config.batch_size, mesh)
+        if labelled_share is not None and config.labelled_per_batch % mesh.size:
+            raise ConfigError(f"labelled_per_batch={config.labelled_per_batch}: must be a "
+                              f"multiple of the {mesh.size} devices used for data parallelism")
         state = replicate(state, mesh)
     kl_weight_at = create_kl_weight_schedule(config)
     use_batch_norm = bool(state.batch_stats)

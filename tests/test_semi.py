@@ -4,11 +4,15 @@ the batches, and that `--labels all` is the conditional VAE it always was."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from test_reliability import kill_repeatedly, train_command
 from trees import tree_equal
@@ -132,8 +136,8 @@ def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
     changed = config.replace(labels="all", classifier_weight=7.0, labelled_per_batch=3)
     assert tree_equal(params_after(changed, tmp_path / "b"), reference)
     assert "classifier" not in reference
-    state = create_train_state(jax.random.key(0), create_model(config),
-                               __import__("optax").adam(1e-3), config)
+    state = create_train_state(jax.random.key(0), create_model(config), optax.adam(1e-3),
+                               config)
     assert state.labelled == {}
 
 
@@ -279,3 +283,39 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     assert float(loss) == pytest.approx(float(expected), rel=1e-6)
     plain, _ = semi.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y)
     assert float(loss) > float(plain)
+
+
+FOUR_DEVICES = r"""
+import json, sys
+import jax
+from cvae import config as config_lib
+from cvae.callbacks import Callback
+from cvae.loop import train_and_evaluate
+from cvae.synthetic import synthetic_dataset
+
+class Losses(Callback):
+    def __init__(self): self.values = []
+    def on_step_end(self, run, metrics): self.values += [float(v) for v in metrics["loss"]]
+
+config = config_lib.test().replace(labels="20", labelled_per_batch=4, validation_size=32,
+                                   epochs=1, prior="mixture")
+out = {}
+for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
+    losses = Losses()
+    run = train_and_evaluate(config, synthetic_dataset(200), sys.argv[1] + "/" + name, [losses],
+                             devices=devices)
+    out[name] = losses.values
+print(json.dumps(out))
+"""
+
+
+def test_four_device_semi_supervised_training_matches_one_device(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-c", FOUR_DEVICES, str(tmp_path)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(out["one"]) == len(out["four"]) == 12
+    for single, parallel in zip(out["one"], out["four"]):
+        assert abs(single - parallel) <= 1e-3 * abs(single), (out["one"], out["four"])
