@@ -44,7 +44,7 @@ PARAMETER_RULES = {
     "steps": f"an integer in 2..{MAX_STEPS}",
 }
 
-# ---- parameters that mean the same on several routes ---------------------------------------------
+# ---- parameters that mean the same on several routes -----------------------------------------
 
 Seed = Annotated[int | None, Field(ge=0, le=MAX_SEED,
                                    description="omit for a random one (see X-Seed)")]
@@ -124,7 +124,7 @@ class TransferParams(BaseModel):
         return DIGITS if digits is None else tuple(digits)
 
 
-# ---- /sample's own fast path ---------------------------------------------------------------
+# ---- /sample's own fast path -----------------------------------------------------------------
 
 
 def query_parameters(model: type[BaseModel]) -> list[dict]:
@@ -156,7 +156,7 @@ sample_params = query_model(SampleParams)
 SAMPLE_QUERY = {"parameters": query_parameters(SampleParams)}
 
 
-# ---- the 422 -------------------------------------------------------------------------------
+# ---- the 422 ---------------------------------------------------------------------------------
 
 
 def describe_errors(errors: list[dict]) -> str:

@@ -23,7 +23,7 @@ MAX_PIXELS = 64_000_000  # one grid at most 64 MP (n=1024, scale 8, one digit is
 RETRY_AFTER_BUSY_S = 1
 
 
-# ---- reply shapes --------------------------------------------------------------------------
+# ---- reply shapes ----------------------------------------------------------------------------
 
 
 class ParameterProblem(BaseModel):
@@ -99,7 +99,7 @@ def config_summary(loaded: Loaded) -> dict:
             "ema_decay": config.ema_decay}
 
 
-# ---- the picture ---------------------------------------------------------------------------
+# ---- the picture -----------------------------------------------------------------------------
 
 # Grids up to this many pixels (a 16-digit grid at scale 8 has 0.2 MP) are encoded on the event
 # loop, which is cheapest; larger ones on a thread (zlib releases the GIL), so that one big
@@ -132,7 +132,7 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == etag for tag in if_none_match.split(","))
 
 
-# ---- errors --------------------------------------------------------------------------------
+# ---- errors ----------------------------------------------------------------------------------
 
 
 def error(status_code: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:

@@ -16,6 +16,8 @@ The master process never imports JAX: workers are forked, and XLA's threads do n
 fork. The app is built in each worker by `app_factory`.
 
 Slow or abandoned clients cost a connection for a bounded time only (`BoundedHttpToolsProtocol`).
+A clean stop logs no error (`OwnedSocketsWorker`), and `log_format="json"` makes gunicorn's and
+uvicorn's lines JSON objects like the service's own (`JsonLinesLogger`, service/logs.py).
 """
 
 from __future__ import annotations
