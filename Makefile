@@ -6,10 +6,15 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= data
 CHECKPOINT_DIR ?= checkpoints
 BASELINE_DIR ?= checkpoints-seed
+SEMI_DIR ?= checkpoints-semi
 ARGS ?=
 CUDA ?= cuda12
 
+<<<<<<< HEAD
 .PHONY: setup data train test test-kernels test-torch serve sample eval quality bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+=======
+.PHONY: setup data train test test-torch serve sample eval quality semi bench torch-cpu gpu soak clean
+>>>>>>> semi
 
 setup: $(STAMP)
 
@@ -71,6 +76,12 @@ eval: data
 quality: train
 	$(BIN)/cvae train --preset seed --data-dir $(DATA_DIR) --checkpoint-dir $(BASELINE_DIR) --no-progress
 	$(BIN)/cvae eval --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --baseline-dir $(BASELINE_DIR) --json $(CHECKPOINT_DIR)/eval.json $(ARGS)
+
+# Few labels (docs/semi-supervised.md): 100 labelled digits and the rest without their labels
+# (`--preset semi`), trained if needed, then evaluated: q(y|x)'s test error and the rest.
+semi: data
+	$(BIN)/cvae train --preset semi --data-dir $(DATA_DIR) --checkpoint-dir $(SEMI_DIR) --no-progress
+	$(BIN)/cvae eval --checkpoint-dir $(SEMI_DIR) --data-dir $(DATA_DIR) --json $(SEMI_DIR)/eval.json $(ARGS)
 
 # The service benchmark drives the server with wrk (Debian's package), installed here if missing.
 bench: data

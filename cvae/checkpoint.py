@@ -108,7 +108,9 @@ def abstract_state(config: Config, total_steps: int = 1):
 
 # Train-state fields added after checkpoints were first written, with the value that means
 # "absent" for the runs that wrote them: they restore without the field and get this value.
-NEWER_STATE_FIELDS = {"prior": {}}  # the mixture prior: runs before it had the standard prior
+# The mixture prior (runs before it had the standard prior); the labelled set of --labels N
+# (runs before it trained on every label).
+NEWER_STATE_FIELDS = {"prior": {}, "labelled": {}}
 
 
 def restore_state(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, dict]:

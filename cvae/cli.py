@@ -171,7 +171,9 @@ def add_eval_command(commands) -> None:
     evaluate.add_argument("--iwae-k", type=bounded(int, 0, 100000), default=None,
                           help="importance samples for -log p(x|y) (default 1000; 0 = skip)")
     evaluate.add_argument("--iwae-k-marginal", type=bounded(int, 0, 100000), default=None,
-                          help="samples for each other label in -log p(x) (default 10; 0 = skip)")
+                          help="samples for each other label in -log p(x), and for every label in "
+                               "a --labels N model's generative classifier (default 10; 0 = "
+                               "skip)")
     evaluate.add_argument("--iwae-chunk", type=bounded(int, 1, 100000), default=None,
                           help="importance samples evaluated at once (memory; default 100)")
     evaluate.add_argument("--test-limit", type=bounded(int, 0), default=None,

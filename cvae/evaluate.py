@@ -16,6 +16,9 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
 - Label swap (`cvae.label_swap`): test digits re-decoded with every other label, read by the
   same classifier, and how much of their slant and stroke width survives.
 - Visual reports (`cvae.reports`) next to the JSON, or in --report-dir.
+- A model trained with `--labels N` (`cvae.classification`): the test error of its classifier
+  q(y|x), and of the generative classifier argmax_y p(x|y) (IWAE, --iwae-k-marginal samples for
+  every label; 0 = skip).
 
 Cost on 2 CPU cores (default model, 10000 test examples): the bounds decode K + 9 * K_marginal
 latents per example; K=1000, K_marginal=10 took 503 s (9 min for the whole command, classifier
@@ -39,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae import fidelity, iwae, label_swap, reports
+from cvae import classification, fidelity, iwae, label_swap, reports
 from cvae.checkpoint import load_checkpoint
 from cvae.config import NUM_CLASSES, Config
 from cvae.data import load_dataset
@@ -208,6 +211,8 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
                "latent_dim": config.latent_dim, "test_examples": int(limit),
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
     results.update(iwae_metrics(checkpoint, images_u8, labels, options))
+    results.update(classification.classification_metrics(
+        checkpoint, images_u8, labels, options.iwae_k_marginal, options.seed))
     if options.fidelity:
         classifier = fidelity.load_or_train_classifier(
             data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
@@ -240,6 +245,8 @@ def summary_table(results: dict) -> str:
                          f"{'ok' if bound['marginal_check']['ok'] else 'FAILED'})")
     else:
         lines.append(f"  IWAE: skipped ({results.get('iwae_note')})")
+    if "classification" in results:
+        lines += classification.summary_lines(results["classification"])
     if "fidelity" in results:
         fid = results["fidelity"]
         samples, real = fid["samples"], fid["real"]

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from cvae import prior as prior_lib
+from cvae import semi
 from cvae.callbacks import Callback, CallbackList, Run
 from cvae.checkpoint import keep_schedule_span, schedule_span, start_state
 from cvae.config import NUM_CLASSES, Config
@@ -34,13 +35,19 @@ from cvae.model import CVAE, create_model
 from cvae.optim import create_optimizer
 from cvae.parallel import create_mesh, replicate
 from cvae.splits import split_training_set
-from cvae.train import (create_train_chunk, create_train_step, epoch_permutation, prior_fit_key,
-                        run_key)
+from cvae.train import (create_train_chunk, create_train_step, epoch_permutation,
+                        labelled_permutation, prior_fit_key, run_key)
 
 
 def planned_steps(config: Config, num_examples: int) -> tuple[int, int]:
-    """(steps per epoch, total steps). The LR schedule spans all epochs; max_steps only cuts."""
-    steps_per_epoch = num_examples // config.batch_size
+    """(steps per epoch, total steps). The LR schedule spans all epochs; max_steps only cuts.
+
+    With `--labels N` an epoch is one pass over the unlabelled images, `batch_size -
+    labelled_per_batch` a step (`num_examples` counts the unlabelled ones then)."""
+    per_step = config.batch_size
+    if config.labelled_count is not None:
+        per_step -= config.labelled_per_batch
+    steps_per_epoch = num_examples // per_step
     if steps_per_epoch == 0:
         raise ConfigError(f"batch_size={config.batch_size}: larger than the {num_examples} "
                           f"training examples (lower --batch-size or raise --train-limit)")
@@ -53,14 +60,20 @@ def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
     return jnp.asarray(images.reshape(-1, 28 * 28)), jnp.asarray(labels, jnp.int32)
 
 
-def create_prior_fit(model, config: Config, train_labels):
+def create_prior_fit(model, config: Config, train_labels, labelled=None):
     """`fit(state, images, labels, key) -> state` with its mixture prior refitted, or None when
-    the run's prior is the standard one."""
+    the run's prior is the standard one.
+
+    With a labelled set (`--labels N`), the unlabelled images' labels are never read: each is
+    given the label q(y|x) reads, the labelled ones keep their own.
+    """
     if config.prior != "mixture":
         return None
     fit_fn = prior_lib.create_fit_fn(
         lambda variables, x, y: model.apply(variables, x, y, method=CVAE.encode),
         config.prior_components, config.prior_codes)
+    if labelled is not None:
+        return create_read_prior_fit(model, fit_fn, labelled)
     table = prior_lib.class_index_table(train_labels, NUM_CLASSES)
 
     def fit(state, images, labels, key):
@@ -68,6 +81,65 @@ def create_prior_fit(model, config: Config, train_labels):
         return state.replace(prior={prior_lib.VARIABLE: mixture})
 
     return fit
+
+
+def create_read_prior_fit(model, fit_fn, labelled):
+    classify = semi.create_classify_fn(model)
+    positions, known = jnp.asarray(labelled["positions"]), jnp.asarray(labelled["labels"])
+
+    def fit(state, images, labels, key):
+        variables = state.eval_variables()
+        read = classify(variables, images).astype(jnp.int32).at[positions].set(known)
+        # Widths rounded up, so the fit compiles for a few table shapes, not one per epoch.
+        table = prior_lib.class_index_table(jax.device_get(read), NUM_CLASSES,
+                                            width_multiple=1024)
+        mixture = fit_fn(variables, images, read, *table, key)
+        return state.replace(prior={prior_lib.VARIABLE: mixture})
+
+    return fit
+
+
+def create_validation(model, config: Config, split, mesh, labelled: dict | None):
+    """`validate(state, key) -> metrics` on the validation split: the training objective's
+    terms (`cvae.evaluate`), and with a labelled set q(y|x)'s error ("classifier_error")."""
+    eval_step = create_eval_step(model, config)
+    images, labels = replicate(device_arrays(split.validation_images, split.validation_labels),
+                               mesh)
+    classifier_error = None if labelled is None else semi.create_error_fn(model)
+
+    def validate(state, key) -> dict[str, float]:
+        metrics = evaluate(eval_step, state.eval_variables(), images, labels, key,
+                           config.eval_batch_size, config)
+        if classifier_error is not None:
+            metrics["classifier_error"] = classifier_error(state.eval_variables(), images, labels)
+        return metrics
+
+    return validate
+
+
+def adopt_labelled_set(state, labelled: dict, checkpoint_dir: Path):
+    """`state` carrying the run's labelled set; a resumed state must carry the same one."""
+    if int(state.step) > 0:
+        semi.check_labelled_set(jax.device_get(state.labelled), labelled, checkpoint_dir)
+    return state.replace(labelled={name: jnp.asarray(labelled[name])
+                                   for name in ("indices", "labels")})
+
+
+def create_epoch_order(key, num_examples: int, labelled: dict | None, mesh):
+    """`order(epoch)`: the rows of that epoch's batches, on the device. Every label: one
+    permutation of the training part. `--labels N`: (labelled rows, unlabelled rows), each
+    permuted (`cvae.semi.create_semi_train_chunk` reads them)."""
+    if labelled is None:
+        return lambda epoch: replicate(epoch_permutation(key, epoch, num_examples), mesh)
+    labelled_rows = jnp.asarray(labelled["positions"])
+    unlabelled_rows = jnp.asarray(semi.unlabelled_positions(num_examples, labelled["positions"]))
+
+    def order(epoch):
+        return replicate(
+            (labelled_rows[labelled_permutation(key, epoch, labelled_rows.shape[0])],
+             unlabelled_rows[epoch_permutation(key, epoch, unlabelled_rows.shape[0])]), mesh)
+
+    return order
 
 
 class Interrupts:
@@ -125,22 +197,28 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     mesh = create_mesh(devices)
     split = split_training_set(data.train_images, data.train_labels, config)
     images, labels = device_arrays(split.train_images, split.train_labels)
+    labelled = None if config.labelled_count is None else semi.choose_labelled_set(split, config)
     if not fresh:
         config = keep_schedule_span(checkpoint_dir, config)
-    steps_per_epoch, total_steps = planned_steps(config, images.shape[0])
+    steps_per_epoch, total_steps = planned_steps(
+        config, images.shape[0] - (0 if labelled is None else len(labelled["positions"])))
     model = create_model(config)
     optimizer, learning_rate_fn = create_optimizer(config,
                                                    schedule_span(config) * steps_per_epoch)
     key = run_key(config.seed)
-    state, train_step = create_train_step(key, model, optimizer, config, learning_rate_fn, mesh)
+    share = None if labelled is None else semi.labelled_share(config, images.shape[0])
+    state, train_step = create_train_step(key, model, optimizer, config, learning_rate_fn, mesh,
+                                          share)
     state = start_state(state, config, checkpoint_dir, fresh=fresh, init_from=init_from)
+    if labelled is not None:
+        state = adopt_labelled_set(state, labelled, checkpoint_dir)
     state, images, labels = replicate((state, images, labels), mesh)
 
-    train_chunk = create_train_chunk(train_step, config.batch_size, mesh)
-    eval_step = create_eval_step(model, config)
-    validation_images, validation_labels = replicate(
-        device_arrays(split.validation_images, split.validation_labels), mesh)
-    fit_prior = create_prior_fit(model, config, split.train_labels)
+    train_chunk = (create_train_chunk(train_step, config.batch_size, mesh) if labelled is None
+                   else semi.create_semi_train_chunk(train_step, config))
+    epoch_order = create_epoch_order(key, images.shape[0], labelled, mesh)
+    validate = create_validation(model, config, split, mesh, labelled)
+    fit_prior = create_prior_fit(model, config, split.train_labels, labelled)
 
     step = int(state.step)
     run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step,
@@ -151,7 +229,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
         events.emit("fit_start", run)
         while step < total_steps and not run.stopping:
             run.epoch, position = divmod(step, steps_per_epoch)
-            order = replicate(epoch_permutation(key, run.epoch, images.shape[0]), mesh)
+            order = epoch_order(run.epoch)
             events.emit("epoch_start", run)
             while (position < steps_per_epoch and step < total_steps
                    and not interrupts.agreed_stop(run)):
@@ -169,8 +247,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
             if fit_prior is not None:
                 state = run.state = fit_prior(state, images, labels,
                                               prior_fit_key(key, run.epoch))
-            metrics = evaluate(eval_step, state.eval_variables(), validation_images,
-                               validation_labels, key, config.eval_batch_size, config)
+            metrics = validate(state, key)
             events.emit("eval_end", run, metrics)
             if run.non_finite:
                 break  # a non-finite validation figure: nothing of this epoch is saved

@@ -101,6 +101,28 @@ class Decoder(nn.Module):
         return nn.Dense(IMAGE_PIXELS)(h)
 
 
+class Classifier(nn.Module):
+    """q(y | x) of the semi-supervised model (M2): image -> class logits, an MLP of the
+    encoder's widths (its convolutions first with `architecture="conv"`)."""
+
+    config: Config
+
+    @nn.compact
+    def __call__(self, images: jax.Array, train: bool) -> jax.Array:
+        """images: float32[B, 784] in [0, 1] -> logits float32[B, 10]."""
+        cfg = self.config
+        act = ACTIVATION_FNS[cfg.activation]
+        h = images
+        if cfg.architecture == "conv":
+            h = h.reshape(-1, 28, 28, 1)
+            h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
+            h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
+            h = h.reshape(h.shape[0], -1)
+        for width in cfg.hidden_sizes:
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+        return nn.Dense(NUM_CLASSES)(h)
+
+
 class CVAE(nn.Module):
     """Conditional VAE; `labels` are int32[B] digits 0-9.
 
@@ -116,6 +138,8 @@ class CVAE(nn.Module):
         self.encoder = Encoder(self.config)
         self.decoder = Decoder(self.config)
         cfg = self.config
+        if cfg.labelled_count is not None:  # only with few labels: `--labels all` has none
+            self.classifier = Classifier(cfg)
         # Declared only where it exists (init, or variables that carry it): the train step
         # applies the model without it.
         where = (prior_lib.COLLECTION, prior_lib.VARIABLE)
@@ -128,6 +152,14 @@ class CVAE(nn.Module):
 
     def decode(self, z: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
         return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train)
+
+    def classify(self, images: jax.Array, train: bool = False) -> jax.Array:
+        """Logits of q(y | x), float32[B, 10]; only for a model trained with `--labels N`."""
+        return self.classifier(images, train)
+
+    def init_semi_supervised(self, images, labels, z_key):
+        """Touch every part (the VAE and q(y|x)) so `init` creates all their parameters."""
+        return self(images, labels, z_key), self.classify(images)
 
     def generate(self, noise: jax.Array, labels: jax.Array) -> jax.Array:
         """Pixel logits [B, 784] of samples: noise f32[B, L] ~ N(0, t^2 I) through the prior."""
@@ -166,4 +198,7 @@ def init_variables(model: CVAE, key: jax.Array) -> dict:
     params_key, z_key, dropout_key = jax.random.split(key, 3)
     images = jnp.zeros((1, IMAGE_PIXELS), jnp.float32)
     labels = jnp.zeros((1,), jnp.int32)
-    return model.init({"params": params_key, "dropout": dropout_key}, images, labels, z_key)
+    rngs = {"params": params_key, "dropout": dropout_key}
+    if model.config.labelled_count is None:
+        return model.init(rngs, images, labels, z_key)
+    return model.init(rngs, images, labels, z_key, method=CVAE.init_semi_supervised)

@@ -101,11 +101,14 @@ def create_fit_fn(encode_fn, components: int, codes: str = "samples", batch_size
     return fit_fn
 
 
-def class_index_table(labels: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices of each class, padded to the largest class: (i32[K, M], mask bool[K, M])."""
+def class_index_table(labels: np.ndarray, num_classes: int, width_multiple: int = 1
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of each class, padded to the largest class (rounded up to a multiple of
+    `width_multiple`): (i32[K, M], mask bool[K, M])."""
     labels = np.asarray(labels)
     groups = [np.flatnonzero(labels == c) for c in range(num_classes)]
     width = max(1, max(len(g) for g in groups))
+    width = -(-width // width_multiple) * width_multiple
     table = np.zeros((num_classes, width), np.int32)
     mask = np.zeros((num_classes, width), bool)
     for c, group in enumerate(groups):

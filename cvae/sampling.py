@@ -79,6 +79,19 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
     return encode
 
 
+def create_classify_fn(model: CVAE, config: Config) -> Callable | None:
+    """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> q(y|x) f32[B, 10]`, the
+    classifier of a model trained with `--labels N`; None for a model without one."""
+    if config.labelled_count is None:
+        return None
+
+    @jax.jit
+    def classify(variables, images):
+        return jax.nn.softmax(model.apply(variables, images, method=CVAE.classify), axis=-1)
+
+    return classify
+
+
 def draw_latents(seed: int, digit: int, n: int, latent_dim: int, temperature: float) -> np.ndarray:
     """z ~ N(0, temperature^2 I): float32[n, latent_dim], a function of its arguments only."""
     key = jax.random.fold_in(jax.random.key(seed), digit)
@@ -175,8 +188,12 @@ class Sampler:
     # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
     code_decode_fn: Callable | None = None
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
+<<<<<<< HEAD
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
     kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
+=======
+    classify_fn: Callable | None = None  # `create_classify_fn`'s; None: the model has no q(y|x)
+>>>>>>> semi
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
@@ -256,6 +273,21 @@ class Sampler:
         mean, logvar, neg_elbo = (np.concatenate(column) for column in zip(*parts))
         return mean, logvar, neg_elbo
 
+    def classify(self, images: np.ndarray) -> np.ndarray:
+        """uint8[B, 28, 28] -> q(y|x), f32[B, 10], through the same blocks as `encode` (a row's
+        probabilities do not depend on its neighbours). Only for a model with a classifier."""
+        if self.classify_fn is None:
+            raise ValueError("this checkpoint has no classifier q(y|x): it was trained with "
+                             "every label (train with --labels N for one)")
+        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        parts, start = [], 0
+        for size in plan_blocks(len(x), self.block_sizes):
+            rows = x[start:start + size]
+            out = self.classify_fn(self.variables, np.pad(rows, ((0, size - len(rows)), (0, 0))))
+            parts.append(np.asarray(out)[:len(rows)])
+            start += size
+        return np.concatenate(parts) if parts else np.zeros((0, NUM_CLASSES), np.float32)
+
     def check_blocks(self) -> tuple[int, ...]:
         """Keep only the block sizes in which every row position gives a row the same bits.
 
@@ -270,9 +302,39 @@ class Sampler:
         program for every row by construction. Compiles every size (so it doubles as the
         warm-up); returns the sizes dropped.
         """
+<<<<<<< HEAD
         outcome = block_check(self, self.block_sizes)
         self.block_sizes, self.dropped_blocks, self.kernel_signature = outcome
         return outcome.dropped
+=======
+        smallest = min(self.block_sizes)
+        rng = np.random.default_rng(0)
+        z = rng.standard_normal((smallest, self.latent_dim)).astype(np.float32)
+        labels = (np.arange(smallest) % len(DIGITS)).astype(np.int32)
+        x = rng.random((smallest, IMAGE_PIXELS), np.float32)
+        reference = None
+        kept, dropped = [], []
+        for size in sorted(self.block_sizes):
+            pad = size - smallest
+            label_block = np.pad(labels, (0, pad))
+            z_block = np.pad(z, ((0, pad), (0, 0)))
+            outputs = [np.asarray(fn(self.variables, z_block, label_block))[:smallest]
+                       for fn in (self.decode_fn, self.code_decode_fn, self.prior_fn)
+                       if fn is not None]
+            if self.encode_fn is not None:
+                encoded = self.encode_fn(self.variables, np.pad(x, ((0, pad), (0, 0))),
+                                         label_block)
+                outputs += [np.asarray(value)[:smallest] for value in encoded]
+            if self.classify_fn is not None:
+                padded = np.pad(x, ((0, pad), (0, 0)))
+                outputs.append(np.asarray(self.classify_fn(self.variables, padded))[:smallest])
+            if reference is None:
+                reference = outputs
+            same = all(np.array_equal(a, b) for a, b in zip(outputs, reference))
+            (kept if same else dropped).append(size)
+        self.block_sizes = tuple(kept)
+        return tuple(dropped)
+>>>>>>> semi
 
     def warm_up(self) -> None:
         """Compile the decode programs before the first real request."""
@@ -325,4 +387,5 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
     prior_fn = create_prior_fn(model, config)
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   create_encode_fn(model, config), code_decode_fn, prior_fn)
+                   create_encode_fn(model, config), code_decode_fn, prior_fn,
+                   create_classify_fn(model, config))

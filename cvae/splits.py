@@ -8,6 +8,10 @@ default: exactly the source's). Other datasets have no such split: their validat
 a fixed random choice keyed by the run's seed. The choice uses a counter-based hash
 (splitmix64) in NumPy, so it depends on nothing but (seed, index, size): not on the JAX or
 NumPy version, nor on how batches are fed. No JAX here.
+
+With `--labels N` (semi-supervised), N class-balanced examples of the training part keep their
+labels (`labelled_indices`), chosen by the same hash on a salted seed, so the choice is fixed by
+(seed, index) and disjoint from the validation examples by construction.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ SOURCE_VALIDATION_LAST = ("mnist",)
 
 @dataclasses.dataclass(frozen=True)
 class TrainValidation:
-    """train_images: uint8[N, 28, 28], train_labels: int32[N]; the same for validation [M]."""
+    """train_images: uint8[N, 28, 28], train_labels: int32[N]; the same for validation [M].
+
+    train_indices: int64[N], each training example's index in the training file."""
 
     train_images: np.ndarray
     train_labels: np.ndarray
     validation_images: np.ndarray
     validation_labels: np.ndarray
+    train_indices: np.ndarray | None = None
 
 
 def splitmix64(values: np.ndarray) -> np.ndarray:
@@ -40,6 +47,16 @@ def splitmix64(values: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def _hash_keys(seed: int, indices: np.ndarray, salt: int = 0) -> np.ndarray:
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
+        return splitmix64(splitmix64(np.uint64(seed) ^ np.uint64(salt))
+                          ^ np.asarray(indices, np.uint64))
+
+
+# Salts the labelled set's hash so it is not the validation choice's order again.
+_LABELLED_SALT = 0x5EED_1ABE_11ED
+
+
 def validation_indices(num_examples: int, validation_size: int, dataset: str,
                        seed: int) -> np.ndarray:
     """Sorted indices of the validation examples among `num_examples` training examples."""
@@ -48,8 +65,7 @@ def validation_indices(num_examples: int, validation_size: int, dataset: str,
                           f"for a training file of {num_examples} examples")
     if dataset in SOURCE_VALIDATION_LAST:
         return np.arange(num_examples - validation_size, num_examples)
-    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
-        keys = splitmix64(splitmix64(np.uint64(seed)) ^ np.arange(num_examples, dtype=np.uint64))
+    keys = _hash_keys(seed, np.arange(num_examples))
     return np.sort(np.argsort(keys, kind="stable")[:validation_size])
 
 
@@ -69,4 +85,22 @@ def split_training_set(images: np.ndarray, labels: np.ndarray,
     train = np.flatnonzero(keep)
     if config.train_limit:
         train = train[:config.train_limit]
-    return TrainValidation(images[train], labels[train], images[held_out], labels[held_out])
+    return TrainValidation(images[train], labels[train], images[held_out], labels[held_out],
+                           train)
+
+
+def labelled_indices(train_labels: np.ndarray, file_indices: np.ndarray, count: int,
+                     num_classes: int, seed: int) -> np.ndarray:
+    """Sorted positions (into the training part) of the `count` examples that keep their labels:
+    for each class, the `count / num_classes` of its examples whose file index hashes lowest
+    under (seed, index). Raises ConfigError when a class has too few examples."""
+    per_class = count // num_classes
+    keys = _hash_keys(seed, file_indices, _LABELLED_SALT)
+    chosen = []
+    for label in range(num_classes):
+        members = np.flatnonzero(np.asarray(train_labels) == label)
+        if len(members) < per_class:
+            raise ConfigError(f"labels={count}: class {label} has only {len(members)} training "
+                              f"examples, {per_class} needed (lower --labels)")
+        chosen.append(members[np.argsort(keys[members], kind="stable")[:per_class]])
+    return np.sort(np.concatenate(chosen))

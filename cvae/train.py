@@ -20,16 +20,19 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from cvae.config import Config
+from cvae.errors import ConfigError
 from cvae.losses import vae_loss
 from cvae.model import CVAE, init_variables
 from cvae.optim import create_kl_weight_schedule
 from cvae.parallel import check_divisible, gather_rows, replicate, shard_batch
+from cvae.semi import per_label_terms, semi_supervised_loss
 
 Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
 Metrics = dict[str, jax.Array]
 
 # Streams folded into the run key, so each use of randomness is independent of the others.
 _PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM, _PRIOR_STREAM = range(5)
+_LABELLED_STREAM = 5  # the labelled images' order under --labels N
 
 
 class TrainState(train_state.TrainState):
@@ -38,6 +41,9 @@ class TrainState(train_state.TrainState):
     batch_stats: Any = flax.struct.field(default_factory=dict)
     prior: Any = flax.struct.field(default_factory=dict)  # the fitted mixture, if the run has one
     ema_params: Any = None
+    # With --labels N: {"indices": i32[N] (rows of the training file), "labels": i32[N]}, the
+    # labelled set, so a resume can check it trains on the same one. Empty with every label.
+    labelled: Any = flax.struct.field(default_factory=dict)
     key: jax.Array = None  # the run key, raw uint32 data; every other key is folded from it
 
     def eval_variables(self, use_ema: bool = True) -> dict:
@@ -69,25 +75,39 @@ def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTra
         batch_stats=variables.get("batch_stats", {}), prior=variables.get("prior", {}),
         # Copies, not aliases: the state is donated to the step, its buffers must be its own.
         ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
+        labelled=empty_labelled_set(config),
         key=jnp.copy(jax.random.key_data(key)))
     # A concrete int32 step (not Python's weakly typed 0), so the first call of the jitted step
     # and every later one share a single compiled program.
     return state.replace(step=jnp.zeros((), jnp.int32))
 
 
+def empty_labelled_set(config: Config) -> dict:
+    """The labelled set's place in the state (zeros until the loop fills it in)."""
+    if config.labelled_count is None:
+        return {}
+    return {name: jnp.zeros((config.labelled_count,), jnp.int32) for name in ("indices", "labels")}
+
+
 def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
                       config: Config, learning_rate_fn: optax.Schedule | None = None,
-                      mesh: Mesh | None = None) -> tuple[TrainState, Callable]:
+                      mesh: Mesh | None = None, labelled_share: float | None = None
+                      ) -> tuple[TrainState, Callable]:
     """Initialise the state and build `train_step(state, batch, key) -> (state, metrics)`.
 
     `key` passed to the step is the run key; the step folds in `state.step`, so the caller never
     splits keys on the host. The returned step is jitted with the state donated. With a `mesh`,
     the state is replicated over its devices and each batch is split across them.
     `learning_rate_fn` (of the optimizer update count) only adds the rate to the metrics.
+    With `--labels N` the batch's first `labelled_per_batch` images are labelled and the loss is
+    M2's (`cvae.semi`), `labelled_share` = N / training images; otherwise every image is.
     """
     state = create_train_state(key, model, optimizer, config)
     if mesh is not None:
         check_divisible(config.batch_size, mesh)
+        if labelled_share is not None and config.labelled_per_batch % mesh.size:
+            raise ConfigError(f"labelled_per_batch={config.labelled_per_batch}: must be a "
+                              f"multiple of the {mesh.size} devices used for data parallelism")
         state = replicate(state, mesh)
     kl_weight_at = create_kl_weight_schedule(config)
     use_batch_norm = bool(state.batch_stats)
@@ -100,6 +120,19 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
         images = maybe_binarize(binarize_key, batch["image"], config)
         kl_weight = kl_weight_at(state.step)
 
+        def semi_loss_fn(params):
+            variables = {"params": params, **({"batch_stats": state.batch_stats}
+                                              if use_batch_norm else {})}
+            n_l = batch["label"].shape[0]
+            outputs, updates = per_label_terms(
+                model, variables, images[:n_l], batch["label"], images[n_l:], z_key, True,
+                {"dropout": dropout_key}, ["batch_stats"] if use_batch_norm else [],
+                shift_key=jax.random.fold_in(step_key, 1))
+            loss, terms = semi_supervised_loss(outputs, kl_weight, labelled_share,
+                                               config.classifier_weight, batch["label"],
+                                               config.consistency_weight, config.free_bits)
+            return loss, (terms, updates)
+
         def loss_fn(params):
             variables = {"params": params}
             if use_batch_norm:
@@ -111,7 +144,8 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
                                    kl_weight=kl_weight, free_bits=config.free_bits)
             return loss, (terms, updates)
 
-        (_, (terms, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        (_, (terms, updates)), grads = jax.value_and_grad(
+            loss_fn if labelled_share is None else semi_loss_fn, has_aux=True)(state.params)
         new_state = state.apply_gradients(grads=grads)
         if use_batch_norm:
             new_state = new_state.replace(batch_stats=updates["batch_stats"])
@@ -154,6 +188,12 @@ def epoch_permutation(key: jax.Array, epoch: int, num_examples: int) -> jax.Arra
     """The data order of one epoch; depends only on (run key, epoch)."""
     return jax.random.permutation(jax.random.fold_in(stream_key(key, _DATA_STREAM), epoch),
                                   num_examples)
+
+
+def labelled_permutation(key: jax.Array, epoch: int, num_labelled: int) -> jax.Array:
+    """The labelled images' order in one epoch (`--labels N`); depends only on (key, epoch)."""
+    return jax.random.permutation(jax.random.fold_in(stream_key(key, _LABELLED_STREAM), epoch),
+                                  num_labelled)
 
 
 def create_train_chunk(train_step: Callable, batch_size: int,

@@ -1,6 +1,6 @@
 """The FastAPI sampling service: `GET /sample` draws PNG digit grids from the latest checkpoint;
 `POST /transfer` writes an uploaded digit's hand as every digit; `GET /interpolate` walks the
-latent space.
+latent space; `POST /classify` reads an uploaded digit with a few-label model's classifier.
 
 Synopsis:
 
@@ -9,9 +9,9 @@ Synopsis:
         png = client.get("/sample", params={"digit": 7, "seed": 1}).content
 
 `create_app` only assembles: the lifespan, the state the routes share, the middleware and one
-router per job (service/routes/: sampling, transfer, operations). The lifespan loads the newest
-readable checkpoint (service/checkpoints.py) and compiles the decode sampler before it lets
-requests in; a watcher thread then swaps in newer steps. Routes get the model being served from
+router per job (service/routes/: sampling, transfer, classify, operations). The lifespan loads
+the newest readable checkpoint (service/checkpoints.py) and compiles the decode sampler before it
+lets requests in; a watcher thread then swaps in newer steps. Routes get the model being served from
 the `served_model` dependency (503 until one is loaded) and decode through the `Batcher`
 (service/batching.py), which batches concurrent requests on the event loop
 (service/dependencies.py). The service never writes to the checkpoint directory. The HTTP
@@ -36,9 +36,9 @@ from service.checkpoints import CheckpointWatcher
 from service.logs import RequestIdMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.params import validation_error_handler
-from service.routes import operations, sampling, transfer
+from service.routes import classify, operations, sampling, transfer
 
-ROUTERS = (sampling.router, transfer.router, operations.router)
+ROUTERS = (sampling.router, transfer.router, classify.router, operations.router)
 
 
 def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,

@@ -163,9 +163,36 @@ def test_drawing_a_digit_shows_it_in_all_ten_digits(browser, trained_run):
     assert grid_tiles_with_ink(driver, "transfer-grid", 11, scale=3) == 11
     status = driver.find_element(By.ID, "transfer-status").text
     assert status.startswith("read as ") and f"step {max(trained_run.steps)}" in status
+    # Beside it, the model's own reading: this one was trained with every label, so none.
+    wait.until(lambda d: "no classifier" in d.find_element(By.ID, "reading").text)
 
     # Undo leaves a blank pad; Transfer then says so, from the server's message.
     driver.find_element(By.ID, "undo").click()
     driver.find_element(By.ID, "transfer").click()
     wait.until(lambda d: "blank" in d.find_element(By.ID, "transfer-status").text)
     assert "error" in driver.find_element(By.ID, "transfer-status").get_attribute("class")
+
+
+def test_a_few_label_model_shows_its_reading_beside_the_transfer(few_label_run):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    if (reason := browser_missing()):
+        pytest.skip(reason)
+    with uvicorn_in_thread(create_app(few_label_run.directory)) as url, \
+            headless_chromium() as driver:
+        driver.get(f"{url}/")
+        wait = WebDriverWait(driver, 60)
+        canvas = driver.find_element(By.ID, "canvas")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+        ActionChains(driver).move_to_element_with_offset(canvas, -90, -20).click_and_hold() \
+            .move_by_offset(90, 0).move_by_offset(90, 0).release().perform()
+        wait.until(lambda d: d.find_element(By.ID, "reading").text.startswith("the model reads"))
+        bars = driver.find_elements(By.CSS_SELECTOR, "#reading .bar")
+        assert len(bars) == 10
+        top = driver.find_element(By.CSS_SELECTOR, "#reading .bar.top").text.split()[0]
+        assert driver.find_element(By.ID, "reading").text.startswith(f"the model reads {top} (")
+        wait.until(lambda d: d.find_element(By.ID, "transfer-status").text.startswith("read as"))
+        status = driver.find_element(By.ID, "transfer-status").text
+        assert status.startswith(f"read as {top},")  # /transfer read it with q(y|x) too

@@ -44,10 +44,27 @@ def test_seed_preset_is_the_seed_document_setup():
 
 
 def test_unknown_preset_lists_the_allowed_ones():
-    with pytest.raises(ConfigError, match="allowed default, seed, likelihood, test"):
+    with pytest.raises(ConfigError, match="allowed default, seed, likelihood, semi, test"):
         get_preset("huge")
 
 
 def test_command_line_strings_are_coerced():
     config = Config.from_dict({"hidden_sizes": "64,32", "batch_norm": "true", "epochs": "3"})
     assert config.hidden_sizes == (64, 32) and config.batch_norm is True and config.epochs == 3
+
+
+def test_semi_preset_is_100_labels_with_its_levers_and_round_trips():
+    config = get_preset("semi")
+    assert (config.labels, config.labelled_count, config.classifier_shift) == ("100", 100, 2)
+    assert config.classifier_weight == 5.0 and config.consistency_weight == 20.0
+    assert config.validate() is config
+    assert type(config).from_json(config.to_json()) == config
+
+
+def test_a_config_without_the_semi_supervised_fields_trains_on_every_label():
+    from cvae.config import Config
+
+    stored = {k: v for k, v in Config().to_dict().items()
+              if k not in ("labels", "classifier_weight", "labelled_per_batch",
+                           "classifier_shift", "consistency_weight")}
+    assert Config.from_dict(stored).labelled_count is None

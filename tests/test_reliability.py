@@ -18,9 +18,9 @@ TRAIN_FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16
                "--steps-per-call", 4, "--eval-batch-size", 64, "--no-progress"]
 
 
-def train_command(data_dir, checkpoint_dir):
+def train_command(data_dir, checkpoint_dir, *extra):
     return [sys.executable, "-m", "cvae.cli", "train", "--data-dir", str(data_dir),
-            "--checkpoint-dir", str(checkpoint_dir), *map(str, TRAIN_FLAGS)]
+            "--checkpoint-dir", str(checkpoint_dir), *map(str, TRAIN_FLAGS), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -37,20 +37,17 @@ def entries(directory):
     return set(os.listdir(directory)) if directory.exists() else set()
 
 
-@pytest.mark.determinism
-def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_dir, reference,
-                                                                          tmp_path):
-    """Up to 6 SIGKILLs, each at a seeded random moment soon after the run writes something new
-    in its checkpoint directory: kills land inside saves, between steps and in the final writes
-    (measured: in a `32.orbax-checkpoint-tmp` save, after step 96, after the loss curve)."""
-    rng = random.Random(1234)
+def kill_repeatedly(command, directory, seed: int, max_kills: int = 6,
+                    budget_seconds: float = 240) -> int:
+    """Start `command` up to `max_kills` times, SIGKILLing it each time at a seeded random
+    moment soon after it writes something new in `directory`. Returns how many kills landed."""
+    rng = random.Random(seed)
     kills = 0
-    deadline = time.monotonic() + 240
-    while kills < 6 and time.monotonic() < deadline:
-        before = entries(tmp_path)
-        process = subprocess.Popen(train_command(data_dir, tmp_path), stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
-        while process.poll() is None and not entries(tmp_path) - before - {"metrics.jsonl"}:
+    deadline = time.monotonic() + budget_seconds
+    while kills < max_kills and time.monotonic() < deadline:
+        before = entries(directory)
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while process.poll() is None and not entries(directory) - before - {"metrics.jsonl"}:
             time.sleep(0.005)
         time.sleep(rng.uniform(0.0, 0.3))
         if process.poll() is not None:
@@ -58,6 +55,16 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_d
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
+    return kills
+
+
+@pytest.mark.determinism
+def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_dir, reference,
+                                                                          tmp_path):
+    """Up to 6 SIGKILLs, each at a seeded random moment soon after the run writes something new
+    in its checkpoint directory: kills land inside saves, between steps and in the final writes
+    (measured: in a `32.orbax-checkpoint-tmp` save, after step 96, after the loss curve)."""
+    kills = kill_repeatedly(train_command(data_dir, tmp_path), tmp_path, seed=1234)
     result = subprocess.run(train_command(data_dir, tmp_path), capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -44,3 +44,25 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(server, record_proper
     assert report["statuses"].get("HTTP 422", 0) > 0 and report["statuses"].get("HTTP 200", 0)
     for operation in ("POST /transfer", "GET /interpolate"):  # valid uploads and walks served
         assert report["by_operation"].get(f"{operation} positive HTTP 200", 0) > 0, report
+    # This model was trained with every label: /classify says it has no classifier.
+    assert report["by_operation"].get("POST /classify positive HTTP 409", 0) > 0, report
+
+
+@pytest.fixture(scope="module")
+def few_label_server(tmp_path_factory, few_label_run):
+    work = tmp_path_factory.mktemp("fuzz-few-labels")
+    with cvae_server(few_label_run.directory, work / "server.log", "--no-access-log",
+                     workers=2) as server:
+        yield server
+    assert "Traceback" not in server.log(), server.log()[-4000:]
+
+
+def test_schemathesis_on_a_few_label_model_reads_uploads_with_its_classifier(few_label_server):
+    """The same fuzzing against a model with a classifier q(y|x): /classify answers 200 with
+    the documented JSON for valid uploads, and every route stays free of 5xx."""
+    report = service_checks.fuzz(few_label_server.url, max_examples=MAX_EXAMPLES, seed=0)
+    print(json.dumps(report))
+    assert report["failures"] == 0, "\n\n".join(report["failure_examples"])
+    assert not any(status.startswith("HTTP 5") for status in report["statuses"]), report
+    assert report["by_operation"].get("POST /classify positive HTTP 200", 0) > 0, report
+    assert report["by_operation"].get("POST /classify positive HTTP 409", 0) == 0, report

@@ -1,0 +1,70 @@
+"""Reading a digit: `POST /classify` answers what the model's classifier q(y|x) sees in an
+uploaded picture (a model trained with `cvae train --labels N`).
+
+The upload is read and prepared exactly as `/transfer` prepares it (service/uploads.py), with
+the same errors. The classifier runs through the sampler's fixed blocks (`Sampler.classify`),
+on a worker thread, so a picture's probabilities never depend on anything else being served.
+A model trained with every label has no classifier: 409, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from cvae.config import NUM_CLASSES
+from service.dependencies import ServedModel
+from service.params import PrepareMode
+from service.responses import BadParameters
+from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
+
+
+class Reading(BaseModel):
+    """200: the classifier's reading of the picture."""
+
+    probabilities: list[float] = Field(min_length=NUM_CLASSES, max_length=NUM_CLASSES,
+                                       description="q(y|x) for y = 0..9; they sum to 1")
+    label: int = Field(ge=0, le=NUM_CLASSES - 1, description="the most probable digit")
+    step: int = Field(description="the checkpoint step that read it")
+
+
+class ClassifyParams(BaseModel):
+    prepare: PrepareMode = "mnist"
+
+
+CLASSIFY_RESPONSES = {
+    200: {"model": Reading, "description": "the ten probabilities, the most probable digit, "
+                                           "and the checkpoint step"},
+    409: {"model": BadParameters, "description": "the served model has no classifier (it was "
+                                                 "trained with every label)"},
+    422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
+                                                 "damaged, blank, or not 28x28 with prepare=none"},
+    **UPLOAD_RESPONSES,
+}
+
+router = APIRouter()
+
+
+@router.post("/classify", response_model=Reading, responses=CLASSIFY_RESPONSES,
+             openapi_extra=UPLOAD_BODY)
+async def classify(request: Request, params: Annotated[ClassifyParams, Query()],
+                   loaded: ServedModel):
+    """The digit the model reads in the uploaded picture (the PNG or JPEG file itself, as
+    `/transfer` takes it), with the ten probabilities of its classifier q(y|x)."""
+    sampler = loaded.sampler
+    if sampler.classify_fn is None:
+        message = ("the served model has no classifier q(y|x): it was trained with every "
+                   "label (train with `cvae train --labels N` for one)")
+        return JSONResponse({"message": message, "detail": [
+            {"loc": ["body"], "msg": message, "type": "no_classifier"}]}, status_code=409)
+    upload = await read_digit(request, params.prepare)
+    if isinstance(upload, JSONResponse):
+        return upload
+    image, _ = upload
+    probabilities = (await asyncio.to_thread(sampler.classify, image[None]))[0]
+    return Reading(probabilities=[float(p) for p in probabilities],
+                   label=int(probabilities.argmax()), step=loaded.step)
