@@ -10,11 +10,7 @@ SEMI_DIR ?= checkpoints-semi
 ARGS ?=
 CUDA ?= cuda12
 
-<<<<<<< HEAD
-.PHONY: setup data train test test-kernels test-torch serve sample eval quality bench torch-cpu gpu soak docs docs-serve docs-pictures clean
-=======
-.PHONY: setup data train test test-torch serve sample eval quality semi bench torch-cpu gpu soak clean
->>>>>>> semi
+.PHONY: setup data train test test-kernels test-torch serve sample eval quality semi bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP)
 

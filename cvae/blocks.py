@@ -92,6 +92,10 @@ def sampler_probes(sampler) -> list[Probe]:
                                       sampler.prior_fn) if fn is not None]
     if sampler.encode_fn is not None:
         probes.append((sampler.encode_fn, sampler.image_pixels))
+    if sampler.classify_fn is not None:  # q(y|x) of a few-label model takes no labels
+        classify = sampler.classify_fn
+        probes.append((lambda variables, images, labels: classify(variables, images),
+                       sampler.image_pixels))
     return probes
 
 

@@ -188,12 +188,9 @@ class Sampler:
     # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
     code_decode_fn: Callable | None = None
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
-<<<<<<< HEAD
+    classify_fn: Callable | None = None  # `create_classify_fn`'s; None: the model has no q(y|x)
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
     kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
-=======
-    classify_fn: Callable | None = None  # `create_classify_fn`'s; None: the model has no q(y|x)
->>>>>>> semi
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
@@ -295,46 +292,16 @@ class Sampler:
         rows. XLA's CPU dot kernels (YNNPACK, chosen at run time from the CPU's features) treat
         some block sizes, and on some CPUs some positions within a block, differently, so this
         is checked where the sampler runs, not assumed: `block_check` runs every function the
-        sampler calls (decode, code decode, prior mapping, encode) on blocks of each size
+        sampler calls (decode, code decode, prior mapping, encode, classify) on blocks of each size
         filled with copies of one row, and on blocks of distinct rows, and compares every
         position. The sizes that agree with each other are kept (the largest such group); if
         none agrees at every position, the sampler decodes one row per call, which is the same
         program for every row by construction. Compiles every size (so it doubles as the
         warm-up); returns the sizes dropped.
         """
-<<<<<<< HEAD
         outcome = block_check(self, self.block_sizes)
         self.block_sizes, self.dropped_blocks, self.kernel_signature = outcome
         return outcome.dropped
-=======
-        smallest = min(self.block_sizes)
-        rng = np.random.default_rng(0)
-        z = rng.standard_normal((smallest, self.latent_dim)).astype(np.float32)
-        labels = (np.arange(smallest) % len(DIGITS)).astype(np.int32)
-        x = rng.random((smallest, IMAGE_PIXELS), np.float32)
-        reference = None
-        kept, dropped = [], []
-        for size in sorted(self.block_sizes):
-            pad = size - smallest
-            label_block = np.pad(labels, (0, pad))
-            z_block = np.pad(z, ((0, pad), (0, 0)))
-            outputs = [np.asarray(fn(self.variables, z_block, label_block))[:smallest]
-                       for fn in (self.decode_fn, self.code_decode_fn, self.prior_fn)
-                       if fn is not None]
-            if self.encode_fn is not None:
-                encoded = self.encode_fn(self.variables, np.pad(x, ((0, pad), (0, 0))),
-                                         label_block)
-                outputs += [np.asarray(value)[:smallest] for value in encoded]
-            if self.classify_fn is not None:
-                padded = np.pad(x, ((0, pad), (0, 0)))
-                outputs.append(np.asarray(self.classify_fn(self.variables, padded))[:smallest])
-            if reference is None:
-                reference = outputs
-            same = all(np.array_equal(a, b) for a, b in zip(outputs, reference))
-            (kept if same else dropped).append(size)
-        self.block_sizes = tuple(kept)
-        return tuple(dropped)
->>>>>>> semi
 
     def warm_up(self) -> None:
         """Compile the decode programs before the first real request."""
@@ -387,5 +354,5 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
     prior_fn = create_prior_fn(model, config)
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   create_encode_fn(model, config), code_decode_fn, prior_fn,
-                   create_classify_fn(model, config))
+                   encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
+                   prior_fn=prior_fn, classify_fn=create_classify_fn(model, config))

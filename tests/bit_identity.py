@@ -70,7 +70,8 @@ def check_latents() -> None:
 
 
 def check_rows(sampler: Sampler) -> None:
-    """decode, decode_codes, to_codes and encode are row-wise at every kept block position."""
+    """decode, decode_codes, to_codes, encode and classify are row-wise at every kept block
+    position."""
     sizes = [s for s in sampler.block_sizes if s > 1]
     z, labels = (np.concatenate(part) for part in zip(*batch_latents(SAMPLE_REQUESTS[:4],
                                                                       sampler.latent_dim)))
@@ -80,6 +81,8 @@ def check_rows(sampler: Sampler) -> None:
     images = synthetic_images(np.arange(24) % 10, seed=3)
     assert_rows_independent(sampler.encode, (images, (np.arange(24) * 7 % 10).astype(np.int32)),
                             sizes)
+    if sampler.classify_fn is not None:
+        assert_rows_independent(sampler.classify, (images,), sizes)
 
 
 def check_requests(sampler: Sampler) -> None:
