@@ -104,7 +104,10 @@ soak: setup
 
 # The documentation site (mkdocs.yml): the `docs` extra into .venv once (its own stamp, so the
 # main install stays lean), then a strict build into site/: a broken link, anchor or API
-# reference fails it. `make docs-serve` previews it with live reload.
+# reference fails it. `make docs-serve` previews it with live reload. Material for MkDocs prints a
+# boxed notice at each build that it reaches end of life on 2027-05-05 (its team's Zensical
+# succeeds it): a notice, not a build warning, so --strict passes; NO_MKDOCS_2_WARNING silences
+# MkDocs' own notice about MkDocs 2.
 DOCS_STAMP := $(VENV)/.installed-docs
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 docs: $(DOCS_STAMP)
