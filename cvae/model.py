@@ -56,6 +56,18 @@ class _Block(nn.Module):
         return h
 
 
+def image_features(images: jax.Array, architecture: str, act: Callable) -> jax.Array:
+    """float32[B, 784] -> the features the MLP reads: the pixels themselves, or two strided
+    convolutions' maps flattened for `architecture="conv"`. Called inside a module's compact
+    `__call__`, so its layers are that module's own (Conv_0, Conv_1)."""
+    if architecture != "conv":
+        return images
+    h = images.reshape(-1, 28, 28, 1)
+    h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
+    h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
+    return h.reshape(h.shape[0], -1)
+
+
 class Encoder(nn.Module):
     config: Config
 
@@ -64,12 +76,7 @@ class Encoder(nn.Module):
         """images: float32[B, 784] in [0, 1]; onehot: float32[B, 10] -> mean, logvar [B, L]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
-        h = images
-        if cfg.architecture == "conv":
-            h = h.reshape(-1, 28, 28, 1)
-            h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
-            h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
-            h = h.reshape(h.shape[0], -1)
+        h = image_features(images, cfg.architecture, act)
         h = jnp.concatenate([h, onehot], axis=-1)
         for width in cfg.hidden_sizes:
             h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
@@ -112,12 +119,7 @@ class Classifier(nn.Module):
         """images: float32[B, 784] in [0, 1] -> logits float32[B, 10]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
-        h = images
-        if cfg.architecture == "conv":
-            h = h.reshape(-1, 28, 28, 1)
-            h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
-            h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
-            h = h.reshape(h.shape[0], -1)
+        h = image_features(images, cfg.architecture, act)
         for width in cfg.hidden_sizes:
             h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
         return nn.Dense(NUM_CLASSES)(h)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from PIL import Image
 
-from cvae.limits import MAX_INPUT_PIXELS, MAX_UPLOAD_BYTES
+from cvae.limits import MAX_UPLOAD_BYTES
 from cvae.sampling import load_sampler
 from service.app import create_app
-from test_digit_image import encoded, png_header_only, seven
-from test_service_transfer import refused
+from test_digit_image import encoded, seven
+from test_service_transfer import BAD_UPLOADS, refused
 
 
 @pytest.fixture(scope="module")
@@ -73,16 +72,7 @@ def test_a_model_without_classifier_answers_409_saying_so(trained_run):
     assert body["detail"][0]["type"] == "no_classifier" and "--labels N" in body["message"]
 
 
-@pytest.mark.parametrize("body, status, kind, words", [
-    (b"", 415, "unsupported_media_type", "empty"),
-    (b"not an image", 415, "unsupported_media_type", "not a PNG or JPEG"),
-    (encoded(seven(), "GIF"), 415, "unsupported_media_type", "not a PNG or JPEG"),
-    (encoded(seven())[:600], 422, "damaged_image", "truncated"),
-    (encoded(seven().convert("RGB"), "JPEG")[:500], 422, "damaged_image", "truncated"),
-    (encoded(Image.new("L", (280, 280), 255)), 422, "no_digit", "blank"),
-    (png_header_only(6000, 6000), 413, "image_too_large", f"{MAX_INPUT_PIXELS:,}"),
-    (png_header_only(200_000, 200_000), 413, "image_too_large", "decompression bomb"),
-])
+@pytest.mark.parametrize("body, status, kind, words", BAD_UPLOADS)
 def test_bad_upload_gets_the_transfer_error(client, body, status, kind, words):
     message = refused(client.post("/classify", content=body), status, kind)
     assert words in message

@@ -168,7 +168,9 @@ def refused(response, status: int, kind: str) -> str:
     return body["message"]
 
 
-@pytest.mark.parametrize("body, status, kind, words", [
+# (body, status, error type, words its message contains): every upload the service refuses,
+# shared with /classify, which must refuse them the same way
+BAD_UPLOADS = [
     (b"", 415, "unsupported_media_type", "empty"),
     (b"not an image", 415, "unsupported_media_type", "not a PNG or JPEG"),
     (encoded(seven(), "GIF"), 415, "unsupported_media_type", "not a PNG or JPEG"),
@@ -177,7 +179,10 @@ def refused(response, status: int, kind: str) -> str:
     (encoded(Image.new("L", (280, 280), 255)), 422, "no_digit", "blank"),
     (png_header_only(6000, 6000), 413, "image_too_large", f"{MAX_INPUT_PIXELS:,}"),
     (png_header_only(200_000, 200_000), 413, "image_too_large", "decompression bomb"),
-])
+]
+
+
+@pytest.mark.parametrize("body, status, kind, words", BAD_UPLOADS)
 def test_bad_upload_gets_a_clear_message(client, body, status, kind, words):
     message = refused(client.post("/transfer", content=body), status, kind)
     assert words in message
