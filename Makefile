@@ -30,7 +30,7 @@ train: data
 # Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not kernels" -n auto --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
 
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
 # says what varies them): the sampler's claims in subprocesses (valgrind, Debian's package,
