@@ -238,36 +238,35 @@ class Sampler:
         codes = self._decode_blocks(self.prior_fn, noise, labels)
         return codes.reshape(len(noise), self.latent_dim)
 
-    def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
-        outputs, start = [], 0
-        for size in plan_blocks(len(z), self.block_sizes):
-            rows = z[start:start + size]
-            pad = size - len(rows)
-            z_block = np.pad(rows, ((0, pad), (0, 0)))
-            label_block = np.pad(labels[start:start + size], (0, pad))
-            images = decode_fn(self.variables, z_block, label_block)
-            outputs.append(np.asarray(images)[:len(rows)])
+    def _in_blocks(self, fn: Callable, *inputs: np.ndarray) -> list[np.ndarray] | None:
+        """fn(variables, *inputs) over the blocks `plan_blocks` chooses, every input padded
+        with zero rows to the block's size: its outputs (one array, or each of a tuple), the
+        padding cut off and the blocks joined; None when there are no rows."""
+        parts, start = [], 0
+        for size in plan_blocks(len(inputs[0]), self.block_sizes):
+            blocks = [x[start:start + size] for x in inputs]
+            rows = len(blocks[0])
+            out = fn(self.variables, *(np.pad(block, [(0, size - rows)] + [(0, 0)] *
+                                              (block.ndim - 1)) for block in blocks))
+            parts.append([np.asarray(value)[:rows]
+                          for value in (out if isinstance(out, tuple) else (out,))])
             start += size
-        return np.concatenate(outputs) if outputs else np.zeros((0, 28, 28), np.float32)
+        return [np.concatenate(column) for column in zip(*parts)] if parts else None
+
+    def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
+        out = self._in_blocks(decode_fn, z, labels)
+        return out[0] if out else np.zeros((0, 28, 28), np.float32)
 
     def encode(self, images: np.ndarray, labels: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """uint8[B, 28, 28], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
         the same blocks as `decode`, so a row's values do not depend on its neighbours."""
         x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
-        labels = np.asarray(labels, np.int32)
-        parts, start = [], 0
-        for size in plan_blocks(len(x), self.block_sizes):
-            rows = x[start:start + size]
-            pad = size - len(rows)
-            out = self.encode_fn(self.variables, np.pad(rows, ((0, pad), (0, 0))),
-                                 np.pad(labels[start:start + size], (0, pad)))
-            parts.append([np.asarray(value)[:len(rows)] for value in out])
-            start += size
-        if not parts:
+        out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
+        if out is None:
             latent = np.zeros((0, self.latent_dim), np.float32)
             return latent, latent, np.zeros(0, np.float32)
-        mean, logvar, neg_elbo = (np.concatenate(column) for column in zip(*parts))
+        mean, logvar, neg_elbo = out
         return mean, logvar, neg_elbo
 
     def classify(self, images: np.ndarray) -> np.ndarray:
@@ -277,13 +276,8 @@ class Sampler:
             raise ValueError("this checkpoint has no classifier q(y|x): it was trained with "
                              "every label (train with --labels N for one)")
         x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
-        parts, start = [], 0
-        for size in plan_blocks(len(x), self.block_sizes):
-            rows = x[start:start + size]
-            out = self.classify_fn(self.variables, np.pad(rows, ((0, size - len(rows)), (0, 0))))
-            parts.append(np.asarray(out)[:len(rows)])
-            start += size
-        return np.concatenate(parts) if parts else np.zeros((0, NUM_CLASSES), np.float32)
+        out = self._in_blocks(self.classify_fn, x)
+        return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)
 
     def check_blocks(self) -> tuple[int, ...]:
         """Keep only the block sizes in which every row position gives a row the same bits.
