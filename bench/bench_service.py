@@ -150,7 +150,6 @@ def decode_cost(checkpoint_dir: str, calls: int = 300) -> str:
     from cvae.sampling import LatentRequest, batch_latents, load_sampler
 
     sampler = load_sampler(checkpoint_dir)
-    sampler.warm_up()
     request = [LatentRequest(3, (7,), 16, 1.0)]
     costs = {}
     for pause in (0.0, 0.005):
