@@ -19,7 +19,7 @@ import numpy as np
 from fastapi import Depends, FastAPI
 from fastapi.responses import Response
 
-from cvae.grid import grid_shape, png_bytes
+from cvae.sampling.grid import grid_shape, png_bytes
 from service.app import create_app
 from service.dependencies import RANDOM_SEED_LIMIT, served_model
 from service.params import SampleParams, sample_params

@@ -41,18 +41,17 @@ def worker(args) -> None:
     """One process of one configuration; process 0 prints the result as a JSON line."""
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})  # before JAX sizes its thread pools
-    from cvae import distributed
-
-    distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
+    from cvae.training import processes
+    processes.initialize(args.coordinator_address, args.num_processes, args.process_id)
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from cvae import config as config_lib
-    from cvae.model import create_model
-    from cvae.optim import create_optimizer
-    from cvae.parallel import all_reduce_bytes, create_mesh, replicate
-    from cvae.train import create_train_chunk, create_train_step, epoch_permutation
+    from cvae.model.networks import create_model
+    from cvae.training.optimizer import create_optimizer
+    from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
+    from cvae.training.step import create_train_chunk, create_train_step, epoch_permutation
 
     config = config_lib.default()
     if args.quick:
@@ -106,7 +105,7 @@ def all_reduce_ms(params, mesh, repeats: int = 20) -> dict[str, float]:
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from cvae.parallel import DATA_AXIS
+    from cvae.training.devices import DATA_AXIS
 
     split = NamedSharding(mesh, PartitionSpec(DATA_AXIS))
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -141,7 +140,7 @@ CONFIGURATIONS = {
 
 
 def run_configuration(name: str, steps: int, repeats: int, quick: bool) -> dict:
-    from cvae.launch import free_port
+    from cvae.training.launch import free_port
 
     spec = CONFIGURATIONS[name]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -33,13 +33,14 @@ import optax
 from bench import rounds as rounds_lib
 from bench.machine import gemm_call
 from cvae import config as config_lib
-from cvae.callbacks import Callback
-from cvae.data import Dataset
-from cvae.losses import vae_loss
-from cvae.model import create_model
-from cvae.optim import create_optimizer
-from cvae.synthetic import synthetic_dataset
-from cvae.train import create_train_chunk, create_train_step, epoch_permutation, maybe_binarize
+from cvae.training.callbacks import Callback
+from cvae.data.load import Dataset
+from cvae.model.losses import vae_loss
+from cvae.model.networks import create_model
+from cvae.training.optimizer import create_optimizer
+from cvae.data.synthetic import synthetic_dataset
+from cvae.training.step import (create_train_chunk, create_train_step, epoch_permutation,
+                                maybe_binarize)
 
 
 def forward_flops_per_example(params) -> int:
@@ -211,7 +212,7 @@ class _QualityClock(Callback):
         self.start = time.perf_counter()
 
     def on_epoch_end(self, run, metrics):
-        from cvae.sampling import create_sampler
+        from cvae.sampling.sampler import create_sampler
 
         begin = time.perf_counter()
         sampler = create_sampler(create_model(run.config), run.config,
@@ -230,9 +231,9 @@ class _QualityClock(Callback):
 
 def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epochs: int,
                     target: float = 0.95, samples_per_digit: int = 100) -> dict:
-    from cvae.callbacks import Checkpointer
-    from cvae.loop import planned_steps, train_and_evaluate
-    from cvae.splits import training_size
+    from cvae.training.callbacks import Checkpointer
+    from cvae.training.loop import planned_steps, train_and_evaluate
+    from cvae.data.splits import training_size
 
     steps_per_epoch, _ = planned_steps(config, training_size(len(data.train_images), config))
     # The schedule still spans config.epochs: the run is the default run, cut at max_epochs.
@@ -278,8 +279,8 @@ def compare_loops(config, data: Dataset, steps: int, seed_steps: int, rounds: in
 
 def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     """Every training figure; `workdir` receives the time-to-quality run's checkpoints."""
-    from cvae.data import load_dataset
-    from cvae.fidelity import load_or_train_classifier
+    from cvae.data.load import load_dataset
+    from cvae.evaluation.fidelity import load_or_train_classifier
 
     if quick:
         config = config_lib.test().replace(steps_per_call=10)

@@ -71,7 +71,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
-    from cvae.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
+    from cvae.training.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
 
     group = parser.add_argument_group(
         "multi-process (JAX's distributed runtime; omit all three under SLURM, Open MPI's "
@@ -234,30 +234,31 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
 
 
 def cmd_data(args) -> int:
-    from cvae.prepare import prepare_dataset
+    from cvae.data.prepare import prepare_dataset
 
     prepare_dataset(args.data_dir, args.dataset)
     return 0
 
 
 def cmd_train(args) -> int:
-    from cvae.data import load_dataset
+    from cvae.data.load import load_dataset
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     config = config_from_args(args)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
-    # Training never opens the test files: selection uses the validation split (cvae/splits.py).
+    # Training never opens the test files: selection uses the validation split
+    # (cvae/data/splits.py).
     data = load_dataset(args.data_dir, config.dataset, config.data_source, test=False)
 
     import jax
 
-    from cvae import distributed
-    from cvae.callbacks import default_callbacks
-    from cvae.loop import train_and_evaluate
+    from cvae.training import processes as process_group
+    from cvae.training.callbacks import default_callbacks
+    from cvae.training.loop import train_and_evaluate
 
-    processes = distributed.initialize(args.coordinator_address, args.num_processes,
-                                       args.process_id, args.heartbeat_timeout)
+    processes = process_group.initialize(args.coordinator_address, args.num_processes,
+                                         args.process_id, args.heartbeat_timeout)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
@@ -292,7 +293,7 @@ def exit_without_waiting(processes, error: Exception, checkpoint_dir: Path) -> t
     too, so every process stops within the heartbeat timeout.
     """
     from cvae.errors import USER_ERRORS
-    from cvae.launch import EXIT_PEER_FAILED
+    from cvae.training.launch import EXIT_PEER_FAILED
 
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     if isinstance(error, USER_ERRORS):
@@ -320,8 +321,8 @@ def ensure_writable(directory: Path) -> None:
 
 
 def cmd_sample(args) -> int:
-    from cvae.grid import make_grid, save_png
-    from cvae.sampling import grid_columns, load_sampler
+    from cvae.sampling.grid import make_grid, save_png
+    from cvae.sampling.sampler import grid_columns, load_sampler
 
     sampler = load_sampler(args.checkpoint_dir)
     images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
@@ -333,7 +334,7 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from cvae.evaluate import EvalOptions, run_eval
+    from cvae.evaluation.run import EvalOptions, run_eval
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalOptions)
              if getattr(args, f.name, None) is not None}
@@ -362,7 +363,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_launch(args) -> int:
-    from cvae.launch import launch
+    from cvae.training.launch import launch
 
     return launch(args.local_processes, args.train_flags, grace=args.grace_seconds)
 

@@ -1,7 +1,8 @@
 """What a request may ask for, defined once for `cvae sample`, the grid code and the service.
 
 Plain numbers with no imports, so the CLI reads them without loading NumPy or JAX. The layout
-they bound is `cvae.grid`'s (torchvision's `make_grid` convention, docs/design.md "HTTP service").
+they bound is `cvae.sampling.grid`'s (torchvision's `make_grid` convention, docs/design.md "HTTP
+service").
 """
 
 MAX_N = 1024  # samples per digit, and grid columns: 1..MAX_N

@@ -4,12 +4,13 @@
     python docs/render_pictures.py --checkpoint-dir DIR --data-dir data --out-dir docs/images
 
 Every grid is an answer of the real service (`create_app` under FastAPI's TestClient), so the
-pictures are exactly what the documented requests return; the loss curve is `cvae.plots`'s,
-from the run's `metrics.jsonl`. Seeds are fixed: the same checkpoint gives the same bytes.
+pictures are exactly what the documented requests return; the loss curve is
+`cvae.evaluation.plots`'s, from the run's `metrics.jsonl`. Seeds are fixed: the same checkpoint
+gives the same bytes.
 
 The transfer inputs: the test digits with the most extreme slant and stroke width
-(`cvae.label_swap`'s measures, each from a different class), then a 7 drawn the way the page's
-canvas sends it (black on white, 280x280) and a photo-like 2 (grey ink on grey paper, JPEG).
+(`cvae.evaluation.label_swap`'s measures, each from a different class), then a 7 drawn the way the
+page's canvas sends it (black on white, 280x280) and a photo-like 2 (grey ink on grey paper, JPEG).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import numpy as np
 from fastapi.testclient import TestClient
 from PIL import Image, ImageDraw
 
-from cvae.data import load_dataset
-from cvae.grid import save_png
-from cvae.label_swap import slant, stroke_width
-from cvae.plots import save_loss_curve
+from cvae.data.load import load_dataset
+from cvae.sampling.grid import save_png
+from cvae.evaluation.label_swap import slant, stroke_width
+from cvae.evaluation.plots import save_loss_curve
 from service.app import create_app
 
 # Picture file -> the GET request that draws it (the pages quote these requests).

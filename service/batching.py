@@ -13,8 +13,8 @@ the request path must be as short as possible. Everything except the device work
 event loop thread: `decode` appends the request to a list and awaits a plain asyncio future. One
 drain task takes the pending requests (up to `max_rows` rows, all for the same model) and hands
 them to a single worker thread that computes their latents in one call per kind of request
-(`cvae.batch.batch_rows`: prior draws bit-identical to `request_latents`, latent walks, and
-style transfers, whose encoder work runs there too) and decodes them in one call
+(`cvae.sampling.request_batches.batch_rows`: prior draws bit-identical to `request_latents`, latent
+walks, and style transfers, whose encoder work runs there too) and decodes them in one call
 (`Sampler.decode`, fixed block shapes, so a request's pixels never depend on its neighbours).
 That is one thread hop per batch, not per request, and no locks. While a batch decodes, new
 requests gather for the next one: under load, batches grow by themselves; a lone request is
@@ -36,8 +36,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from cvae.batch import batch_rows
-from cvae.sampling import Codes
+from cvae.sampling.request_batches import batch_rows
+from cvae.sampling.sampler import Codes
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +51,18 @@ class Stopped(RuntimeError):
 
 
 class Decoder(Protocol):
-    """What a batch is decoded with: usually a `cvae.sampling.Sampler` (one checkpoint)."""
+    """What a batch is decoded with: usually a `cvae.sampling.sampler.Sampler` (one checkpoint)."""
 
     latent_dim: int
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
 
-    # and, for batches with transfers, decode_codes(z, labels) (see cvae.sampling.Sampler)
+    # and, for batches with transfers, decode_codes(z, labels) (see cvae.sampling.sampler.Sampler)
 
 
 class Request(Protocol):
-    """A `cvae.sampling.LatentRequest`, `cvae.interpolation` walk or `cvae.transfer`
-    request: `rows` images to decode."""
+    """A `cvae.sampling.sampler.LatentRequest`, `cvae.sampling.walks` walk or
+    `cvae.sampling.transfer` request: `rows` images to decode."""
 
     @property
     def rows(self) -> int: ...

@@ -8,8 +8,8 @@ directory, so all of them converge on the newest step within one poll interval, 
 coordination between them.
 
 The directory is only read: Orbax's `CheckpointManager` may delete steps and is not safe to
-share between processes, so readers go through `cvae.sampling.load_sampler`'s read-only path. A
-corrupt or half-written newest step is skipped, logged and named in `note`; a step that
+share between processes, so readers go through `cvae.sampling.sampler.load_sampler`'s read-only
+path. A corrupt or half-written newest step is skipped, logged and named in `note`; a step that
 vanishes while being read is tolerated.
 """
 
@@ -26,9 +26,9 @@ from typing import Callable
 import jax
 import numpy as np
 
-from cvae.blocks import ROW_BY_ROW
-from cvae.grid import make_grid, png_bytes
-from cvae.sampling import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
+from cvae.sampling.blocks import ROW_BY_ROW
+from cvae.sampling.grid import make_grid, png_bytes
+from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
                          DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
                          MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
-from cvae.sampling import DIGITS
+from cvae.sampling.sampler import DIGITS
 
 # What each query parameter accepts, as the 422 message words it.
 PARAMETER_RULES = {

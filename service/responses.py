@@ -16,7 +16,7 @@ import numpy as np
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from cvae.grid import grid_shape, make_grid, png_bytes
+from cvae.sampling.grid import grid_shape, make_grid, png_bytes
 from service.checkpoints import Loaded
 
 MAX_PIXELS = 64_000_000  # one grid at most 64 MP (n=1024, scale 8, one digit is 52 MP)

@@ -4,7 +4,7 @@ digit): reading it, preparing it as MNIST was made, its errors and their OpenAPI
 The upload is the request body itself (`curl --data-binary @digit.png`), PNG or JPEG. Its size
 is enforced while it is read (413 past `MAX_UPLOAD_BYTES`, before anything is decoded; a larger
 Content-Length is refused without reading), and its pixel count from the image header, before
-decoding (`cvae.digit_image`). Each bad upload gets the 422 body shape of the other routes:
+decoding (`cvae.data.digit_image`). Each bad upload gets the 422 body shape of the other routes:
 `message` (one sentence for people) and `detail` (where, what).
 
 Synopsis (in a route):
@@ -24,11 +24,11 @@ import numpy as np
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from cvae import digit_image
+from cvae.data import digit_image
 from cvae.limits import MAX_INPUT_PIXELS, MAX_UPLOAD_BYTES
 from service.responses import BadParameters
 
-# Bad uploads: (HTTP status, `detail` type) per kind of `cvae.digit_image.ImageInputError`.
+# Bad uploads: (HTTP status, `detail` type) per kind of `cvae.data.digit_image.ImageInputError`.
 IMAGE_ERRORS = {
     digit_image.UnsupportedImage: (415, "unsupported_media_type"),
     digit_image.ImageTooLarge: (413, "image_too_large"),
@@ -90,7 +90,7 @@ async def read_body(request: Request, limit: int = MAX_UPLOAD_BYTES) -> bytes:
 
 def prepare_upload(body: bytes, prepare: digit_image.Prepare) -> tuple[np.ndarray, str]:
     """(the prepared uint8[28, 28] image, sha256 of the body for the ETag); blocking: run it
-    in a thread. Raises `cvae.digit_image.ImageInputError`."""
+    in a thread. Raises `cvae.data.digit_image.ImageInputError`."""
     return digit_image.prepare_digit(body, prepare), hashlib.sha256(body).hexdigest()
 
 

@@ -21,12 +21,12 @@ from typing import Callable
 
 import numpy as np
 
-from cvae.grid import make_grid, png_bytes
-from cvae.interpolation import DigitWalk, LatentWalk, walk_latents
-from cvae.sampling import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
-from cvae.sampling import grid_columns, request_latents
-from cvae.synthetic import synthetic_images
-from cvae.transfer import TransferRequest, transfer_latents
+from cvae.sampling.grid import make_grid, png_bytes
+from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
+from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
+from cvae.sampling.sampler import grid_columns, request_latents
+from cvae.data.synthetic import synthetic_images
+from cvae.sampling.transfer import TransferRequest, transfer_latents
 
 # Requests of several sizes (n not a power of two too), seeds and temperatures.
 SAMPLE_REQUESTS = [LatentRequest(seed, digits, n, temperature) for seed, digits, n, temperature in

@@ -23,11 +23,11 @@ os.environ.update(JAX_COMPILATION_CACHE_DIR=_COMPILATION_CACHE,
 import pytest  # noqa: E402  (after the cache settings, which JAX reads when it loads)
 
 from cvae import config as config_lib  # noqa: E402
-from cvae.callbacks import Checkpointer  # noqa: E402
+from cvae.training.callbacks import Checkpointer  # noqa: E402
 from cvae.config import Config  # noqa: E402
-from cvae.data import Dataset  # noqa: E402
-from cvae.loop import train_and_evaluate  # noqa: E402
-from cvae.synthetic import synthetic_dataset, write_synthetic_idx  # noqa: E402
+from cvae.data.load import Dataset  # noqa: E402
+from cvae.training.loop import train_and_evaluate  # noqa: E402
+from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

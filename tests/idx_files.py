@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from cvae.idx import IDX_FILES, write_idx
+from cvae.data.idx import IDX_FILES, write_idx
 
 
 def random_split(rng, n, labels_high=10):

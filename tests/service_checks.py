@@ -56,8 +56,8 @@ class CheckpointWriter(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        from cvae.callbacks import Callback, Checkpointer
-        from cvae.loop import train_and_evaluate
+        from cvae.training.callbacks import Callback, Checkpointer
+        from cvae.training.loop import train_and_evaluate
 
         writer = self
 
@@ -113,8 +113,8 @@ def request_mix(seed: int = 0) -> tuple[list[str], Callable[[], str]]:
 
 def expected_size(path: str) -> tuple[int, int]:
     """(width, height) of the PNG that the make_grid layout gives for a /sample path."""
-    from cvae.grid import grid_shape
-    from cvae.sampling import grid_columns
+    from cvae.sampling.grid import grid_shape
+    from cvae.sampling.sampler import grid_columns
 
     query = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).items()}
     digit = int(query["digit"]) if "digit" in query else None
@@ -127,7 +127,7 @@ def expected_size(path: str) -> tuple[int, int]:
 
 def walk_size(path: str) -> tuple[int, int]:
     """(width, height) of the PNG for an /interpolate path (service/app.py's layout)."""
-    from cvae.grid import grid_shape
+    from cvae.sampling.grid import grid_shape
 
     query = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).items()}
     if query.get("walk", "latent") == "latent":
@@ -142,7 +142,7 @@ def walk_size(path: str) -> tuple[int, int]:
 
 def transfer_size(path: str) -> tuple[int, int]:
     """(width, height) of the PNG for a /transfer path (service/app.py's layout)."""
-    from cvae.grid import grid_shape
+    from cvae.sampling.grid import grid_shape
 
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
     first = {k: v[0] for k, v in query.items()}
@@ -474,9 +474,8 @@ def _accepted(path: str, query: dict, body, response) -> None:
 
 
 def _refused_upload(body: bytes, query: dict, kind: str) -> bool:
-    """Whether `cvae.digit_image` refuses `body` for the reason `kind` the service gave."""
-    from cvae import digit_image
-
+    """Whether `cvae.data.digit_image` refuses `body` for the reason `kind` the service gave."""
+    from cvae.data import digit_image
     expected = {"no_digit": digit_image.NoDigit, "wrong_size": digit_image.WrongSize}
     try:
         digit_image.prepare_digit(body, query.get("prepare", "mnist"))

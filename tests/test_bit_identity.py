@@ -23,8 +23,8 @@ import pytest
 from bit_identity import check_sampler
 from conftest import train_run
 from cvae import config as config_lib
-from cvae.sampling import load_sampler
-from cvae.synthetic import synthetic_dataset
+from cvae.sampling.sampler import load_sampler
+from cvae.data.synthetic import synthetic_dataset
 
 CHECKER = Path(__file__).with_name("bit_identity.py")
 # name -> (command prefix, environment)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from cvae.grid import grid_shape
+from cvae.sampling.grid import grid_shape
 from service.app import create_app
 
 pytestmark = pytest.mark.slow

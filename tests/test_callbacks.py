@@ -4,11 +4,11 @@ import numpy as np
 from PIL import Image
 
 from cvae import config as config_lib
-from cvae.callbacks import (Callback, Checkpointer, EarlyStopping, LossCurve, MetricsLogger, Run,
-                            TensorBoard)
-from cvae.checkpoint import load_checkpoint
-from cvae.loop import train_and_evaluate
-from cvae.synthetic import synthetic_dataset
+from cvae.training.callbacks import (Callback, Checkpointer, EarlyStopping, LossCurve,
+                                     MetricsLogger, Run, TensorBoard)
+from cvae.training.checkpoints import load_checkpoint
+from cvae.training.loop import train_and_evaluate
+from cvae.data.synthetic import synthetic_dataset
 
 
 class ScriptedLoss(Callback):

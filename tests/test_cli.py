@@ -9,7 +9,7 @@ from PIL import Image
 
 from cvae.cli import build_parser, config_from_args
 from cvae.config import Config, default, field_doc, seed
-from cvae.synthetic import write_synthetic_idx
+from cvae.data.synthetic import write_synthetic_idx
 
 
 def image_size_mode(path):

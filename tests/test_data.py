@@ -1,4 +1,5 @@
-"""cvae.data: loading the four IDX files (or torchvision's view of them) into a checked Dataset."""
+"""cvae.data.load: loading the four IDX files (or torchvision's view of them) into a checked
+Dataset."""
 
 import sys
 import types
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 from idx_files import assert_dataset_matches, assert_one_line_error, random_split, write_four
 
-from cvae import data
+from cvae.data import load as data
 from cvae.errors import DataError
-from cvae.idx import IDX_FILES, write_idx
+from cvae.data.idx import IDX_FILES, write_idx
 
 RAW_FILES = IDX_FILES
 

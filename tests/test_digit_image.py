@@ -1,4 +1,5 @@
-"""cvae/digit_image.py: uploads -> MNIST-style 28x28 digits, and every way an upload is refused."""
+"""cvae/data/digit_image.py: uploads -> MNIST-style 28x28 digits, and every way an upload is
+refused."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from cvae import digit_image
-from cvae.digit_image import (BOX, CENTRE, DamagedImage, ImageTooLarge, NoDigit,
-                              UnsupportedImage, WrongSize, prepare_digit)
+from cvae.data import digit_image
+from cvae.data.digit_image import (BOX, CENTRE, DamagedImage, ImageTooLarge, NoDigit,
+                                   UnsupportedImage, WrongSize, prepare_digit)
 from cvae.limits import MAX_INPUT_PIXELS
 
 

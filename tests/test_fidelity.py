@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae import fidelity
-from cvae.synthetic import synthetic_dataset
+from cvae.evaluation import fidelity
+from cvae.data.synthetic import synthetic_dataset
 
 
 def test_frechet_distance_of_known_gaussians():

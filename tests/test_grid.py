@@ -1,4 +1,5 @@
-"""Tests for cvae.grid: layout geometry, tile placement, quantisation, PNG encoding, validation."""
+"""Tests for cvae.sampling.grid: layout geometry, tile placement, quantisation, PNG encoding,
+validation."""
 
 import io
 import os
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae.grid import grid_shape, make_grid, png_bytes, save_png
+from cvae.sampling.grid import grid_shape, make_grid, png_bytes, save_png
 
 
 def constant_tiles(n: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""cvae.idx: IDX files written and read back exactly; damaged files named with their problem."""
+"""cvae.data.idx: IDX files written and read back exactly; damaged files named with their
+problem."""
 
 import gzip
 
@@ -7,7 +8,7 @@ import pytest
 from idx_files import assert_one_line_error
 
 from cvae.errors import DataError
-from cvae.idx import read_idx, write_idx
+from cvae.data.idx import read_idx, write_idx
 
 # --- IDX read / write ---------------------------------------------------------------------------
 

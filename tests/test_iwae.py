@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from cvae import config as config_lib
-from cvae import iwae
-from cvae.losses import reconstruction
-from cvae.model import create_model, init_variables, reparameterize
-from cvae.synthetic import synthetic_images
+from cvae.evaluation import iwae
+from cvae.model.losses import reconstruction
+from cvae.model.networks import create_model, init_variables, reparameterize
+from cvae.data.synthetic import synthetic_images
 
 
 @pytest.fixture(scope="module")

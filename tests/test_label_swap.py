@@ -1,5 +1,5 @@
-"""cvae/label_swap.py: the handwriting measures on drawn shapes, and the scores of swaps whose
-right answers are known (drawn bars: their class is where they stand, their hand is their lean
+"""cvae/evaluation/label_swap.py: the handwriting measures on drawn shapes, and the scores of swaps
+whose right answers are known (drawn bars: their class is where they stand, their hand is their lean
 and width)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae.label_swap import correlation, scores, slant, standardised, stroke_width, summary_lines
+from cvae.evaluation.label_swap import (correlation, scores, slant, standardised, stroke_width,
+                                        summary_lines)
 
 
 def bar(width: int, shear: float = 0.0) -> np.ndarray:

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae.losses import kl_divergence, objective, reconstruction, vae_loss
+from cvae.model.losses import kl_divergence, objective, reconstruction, vae_loss
 
 
 def test_kl_matches_closed_form_for_one_gaussian():

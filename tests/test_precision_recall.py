@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae import fidelity
-from cvae.precision_recall import knn_radii, precision_recall
-from cvae.synthetic import synthetic_dataset
+from cvae.evaluation import fidelity
+from cvae.evaluation.precision_recall import knn_radii, precision_recall
+from cvae.data.synthetic import synthetic_dataset
 
 
 def test_knn_radius_is_the_distance_to_the_kth_other_point():

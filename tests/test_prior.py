@@ -10,13 +10,14 @@ import pytest
 from scipy.stats import multivariate_normal
 
 from cvae import config as config_lib
-from cvae import iwae, prior
-from cvae.callbacks import Checkpointer
-from cvae.checkpoint import load_checkpoint
-from cvae.loop import train_and_evaluate
-from cvae.model import CVAE, create_model, init_variables
-from cvae.sampling import load_sampler
-from cvae.synthetic import synthetic_dataset, synthetic_images
+from cvae.evaluation import iwae
+from cvae.model import prior
+from cvae.training.callbacks import Checkpointer
+from cvae.training.checkpoints import load_checkpoint
+from cvae.training.loop import train_and_evaluate
+from cvae.model.networks import CVAE, create_model, init_variables
+from cvae.sampling.sampler import load_sampler
+from cvae.data.synthetic import synthetic_dataset, synthetic_images
 
 MEANS = np.array([[-4.0, 0.0], [4.0, 1.0]])
 COVS = np.array([[[1.0, 0.5], [0.5, 1.0]], [[0.5, 0.0], [0.0, 2.0]]])

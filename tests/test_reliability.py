@@ -10,7 +10,7 @@ import time
 import pytest
 from trees import tree_equal
 
-from cvae.checkpoint import load_checkpoint
+from cvae.training.checkpoints import load_checkpoint
 
 # 16 steps/epoch, 96 steps in all.
 TRAIN_FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--epochs", 6,

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from cvae.grid import grid_shape
+from cvae.sampling.grid import grid_shape
 from service.app import create_app
 from service.responses import MAX_PIXELS
 

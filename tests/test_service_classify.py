@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cvae.limits import MAX_UPLOAD_BYTES
-from cvae.sampling import load_sampler
+from cvae.sampling.sampler import load_sampler
 from service.app import create_app
 from test_digit_image import encoded, seven
 from test_service_transfer import BAD_UPLOADS, refused

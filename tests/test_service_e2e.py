@@ -11,8 +11,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from cvae.callbacks import Checkpointer
-from cvae.loop import train_and_evaluate
+from cvae.training.callbacks import Checkpointer
+from cvae.training.loop import train_and_evaluate
 from servers import cvae_server
 
 pytestmark = pytest.mark.slow

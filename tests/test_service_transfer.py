@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from cvae.grid import grid_shape
+from cvae.sampling.grid import grid_shape
 from cvae.limits import MAX_INPUT_PIXELS, MAX_UPLOAD_BYTES
 from service.app import create_app
 from test_browser import uvicorn_in_thread

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from cvae import config as config_lib
-from cvae.callbacks import Callback, Checkpointer, NanGuard
-from cvae.checkpoint import load_checkpoint
+from cvae.training.callbacks import Callback, Checkpointer, NanGuard
+from cvae.training.checkpoints import load_checkpoint
 from cvae.config import ConfigError
-from cvae.data import raw_dir_of
-from cvae.idx import TEST_IMAGES, TEST_LABELS
-from cvae.loop import train_and_evaluate
-from cvae.splits import split_training_set, training_size, validation_indices
-from cvae.synthetic import synthetic_dataset, write_synthetic_idx
+from cvae.data.load import raw_dir_of
+from cvae.data.idx import TEST_IMAGES, TEST_LABELS
+from cvae.training.loop import train_and_evaluate
+from cvae.data.splits import split_training_set, training_size, validation_indices
+from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx
 
 
 def test_mnist_validation_is_the_source_validation_set_at_the_end():

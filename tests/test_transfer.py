@@ -1,4 +1,4 @@
-"""cvae/transfer.py and the sampler's encoder: posterior latents of uploaded digits (that a
+"""cvae/sampling/transfer.py and the sampler's encoder: posterior latents of uploaded digits (that a
 request's values do not depend on its batch is tests/test_bit_identity.py's)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae.sampling import DIGITS, load_sampler, request_latents
-from cvae.transfer import TransferRequest, transfer_latents, transfer_tiles
+from cvae.sampling.sampler import DIGITS, load_sampler, request_latents
+from cvae.sampling.transfer import TransferRequest, transfer_latents, transfer_tiles
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def trained_sampler(transfer_run):
 def test_codes_are_decoded_by_the_model_as_they_are(sampler, trained_run):
     """A transfer's rows are posterior latents: decoded by CVAE.decode itself, whatever the
     sampler does to prior draws."""
-    from cvae.model import CVAE, create_model, pixel_means
+    from cvae.model.networks import CVAE, create_model, pixel_means
 
     image, label = trained_run.data.test_images[2], int(trained_run.data.test_labels[2])
     [codes] = transfer_latents([TransferRequest(image, label, DIGITS, 0, 0)], sampler)

@@ -1,4 +1,4 @@
-"""cvae/transport.py: class moments of a mixture, and the Gaussian optimal-transport map."""
+"""cvae/model/transport.py: class moments of a mixture, and the Gaussian optimal-transport map."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from cvae import config as config_lib
-from cvae.transport import (ClassTransport, class_moments, class_transport,
-                            gaussian_transport)
+from cvae.model.transport import (ClassTransport, class_moments, class_transport,
+                                  gaussian_transport)
 
 
 def random_covariance(rng, size: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Handwriting style transfer: `POST /transfer` decodes an uploaded digit's style as every digit.
 
 The upload is read and prepared by service/uploads.py; the encode (posterior) and decode run in
-one batched request (`cvae.transfer.TransferRequest`).
+one batched request (`cvae.sampling.transfer.TransferRequest`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from cvae.transfer import TransferRequest, transfer_tiles
+from cvae.sampling.transfer import TransferRequest, transfer_tiles
 from service.dependencies import ServedModel, cache_control, decode, random_seed
 from service.params import TransferParams
 from service.responses import (IMAGE_HEADERS, SAMPLE_RESPONSES, BadParameters, encode_png,

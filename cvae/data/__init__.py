@@ -1,0 +1,1 @@
+"""Data: the MNIST files, their preparation and loading, splits, synthetic digits, uploaded digits."""

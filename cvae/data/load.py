@@ -1,0 +1,142 @@
+"""Loading a labelled MNIST-family dataset into memory, from IDX files or torchvision.
+
+`load_dataset` finds the four standard IDX files (`cvae.data.idx`) under `data/<Folder>/raw/` -- the
+layout `torchvision.datasets` reads, written by `cvae.data.prepare` -- or reads the same folders
+through `torchvision.datasets` (the `torch` extra), and checks shapes, counts and label range, so
+a bad file fails with one line naming it. No JAX here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+from cvae.config import CHOICES, NUM_CLASSES
+from cvae.errors import DataError
+from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
+                           find_idx_files, read_idx)
+
+# Dataset name (the config's `dataset` choices) -> its folder under the data dir, as torchvision
+# names it.
+FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "kmnist": "KMNIST"}
+IMAGE_SHAPE = (28, 28)
+
+_ERROR_HINT = "run `cvae data` (or `make train`)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A labelled image dataset held in memory.
+
+    train_images: uint8[N, 28, 28]; train_labels: int32[N] in 0..9;
+    test_images: uint8[M, 28, 28]; test_labels: int32[M] in 0..9.
+    """
+
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    name: str
+
+
+def check_choice(field: str, value: str) -> None:
+    """ValueError unless `value` is one of config field `field`'s choices ("dataset", ...)."""
+    if value not in CHOICES[field]:
+        raise ValueError(f"unknown {field.replace('_', ' ')} {value!r}; "
+                         f"allowed: {', '.join(CHOICES[field])}")
+
+
+def raw_dir_of(data_dir: str | os.PathLike, name: str) -> Path:
+    """Where dataset `name`'s IDX files live under `data_dir` (torchvision's layout)."""
+    return Path(data_dir) / FOLDERS[name] / "raw"
+
+
+
+
+def _check_split(images: np.ndarray, labels: np.ndarray, images_at: str, labels_at: str) -> None:
+    """Raises DataError unless images: uint8[N, 28, 28] and labels: [N] in 0..9."""
+    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
+        raise DataError(f"{images_at}: expected images of shape [N, 28, 28], found {images.shape}")
+    if labels.ndim != 1:
+        raise DataError(f"{labels_at}: expected labels of shape [N], found {labels.shape}")
+    if len(labels) != len(images):
+        raise DataError(
+            f"{labels_at}: {len(labels)} labels but {images_at} has {len(images)} images"
+        )
+    if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+        raise DataError(f"{labels_at}: labels must be 0..9, found {labels.min()}..{labels.max()}")
+
+
+def _load_idx_arrays(data_dir: Path, name: str, test: bool
+                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    searched = [raw_dir_of(data_dir, name), data_dir]
+    wanted = IDX_FILES if test else (TRAIN_IMAGES, TRAIN_LABELS)
+    for directory in searched:
+        files = find_idx_files(directory, wanted)
+        if files is not None:
+            arrays = {key: read_idx(path) for key, path in files.items()}
+            return arrays, {key: str(path) for key, path in files.items()}
+    raise DataError(
+        f"{name} IDX files ({', '.join(wanted)}, plain or .gz) not found in "
+        f"{searched[0]} or {searched[1]}: {_ERROR_HINT}"
+    )
+
+
+def _load_torchvision_arrays(
+    data_dir: Path, name: str, test: bool
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    try:
+        from torchvision import datasets
+    except ImportError:
+        raise DataError(
+            "source 'torchvision' needs the torch extra: pip install -e '.[torch]'"
+        ) from None
+    cls = getattr(datasets, FOLDERS[name])
+    arrays, names = {}, {}
+    for train, images_key, labels_key in (
+        (True, TRAIN_IMAGES, TRAIN_LABELS),
+        (False, TEST_IMAGES, TEST_LABELS),
+    )[:2 if test else 1]:
+        where = f"{raw_dir_of(data_dir, name)} (torchvision {FOLDERS[name]}, train={train})"
+        try:
+            split = cls(root=str(data_dir), train=train, download=False)
+        except RuntimeError as e:
+            raise DataError(f"{where}: {e}: {_ERROR_HINT}") from None
+        arrays[images_key] = np.asarray(split.data.numpy())
+        arrays[labels_key] = np.asarray(split.targets.numpy())
+        names[images_key] = names[labels_key] = where
+    return arrays, names
+
+
+def load_dataset(
+    data_dir: str | os.PathLike = "data", name: str = "mnist", source: str = "idx",
+    test: bool = True,
+) -> Dataset:
+    """Loads dataset `name` from `data_dir`.
+
+    name: "mnist", "fashion_mnist" or "kmnist". source "idx" reads the four IDX files (plain or
+    .gz) from `data_dir/<MNIST|FashionMNIST|KMNIST>/raw/`, or from data_dir itself; source
+    "torchvision" reads the same folders through torchvision.datasets (needs the torch extra).
+    test=False (training) does not open the test files at all: the Dataset's test arrays are
+    empty, and the files need not exist.
+    """
+    check_choice("dataset", name)
+    check_choice("data_source", source)
+    load = _load_idx_arrays if source == "idx" else _load_torchvision_arrays
+    arrays, names = load(Path(data_dir), name, test)
+    if not test:
+        arrays[TEST_IMAGES] = np.zeros((0, *IMAGE_SHAPE), np.uint8)
+        arrays[TEST_LABELS] = np.zeros(0, np.int32)
+        names[TEST_IMAGES] = names[TEST_LABELS] = "(test set not loaded)"
+    for images_key, labels_key in ((TRAIN_IMAGES, TRAIN_LABELS), (TEST_IMAGES, TEST_LABELS)):
+        _check_split(arrays[images_key], arrays[labels_key], names[images_key], names[labels_key])
+    return Dataset(
+        train_images=np.asarray(arrays[TRAIN_IMAGES], np.uint8),
+        train_labels=np.asarray(arrays[TRAIN_LABELS], np.int32),
+        test_images=np.asarray(arrays[TEST_IMAGES], np.uint8),
+        test_labels=np.asarray(arrays[TEST_LABELS], np.int32),
+        name=name,
+    )

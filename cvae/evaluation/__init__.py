@@ -1,0 +1,2 @@
+"""Evaluation: the eval run, IWAE, fidelity, precision/recall, label swap, classification,
+reports."""

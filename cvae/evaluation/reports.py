@@ -1,0 +1,134 @@
+"""Visual reports of a checkpoint: four PNG grids written by `cvae eval`.
+
+- reconstructions.png: rows of test digits, each followed by a row of their reconstructions
+  (decoded posterior means).
+- label_swap.png: per row, a test digit then its posterior mean z decoded with labels 0..9
+  (style kept, digit changed).
+- interpolation.png: per row, test digit A, decodings along the straight line from z_A to z_B
+  (the label's one-hot interpolated alongside), then test digit B.
+- temperature.png: per row one temperature; z ~ N(0, t^2 I) decoded for each digit, the same
+  standard-normal draws at every temperature.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cvae.config import NUM_CLASSES
+from cvae.sampling.grid import make_grid, save_png
+from cvae.model.networks import CVAE, pixel_means
+from cvae.sampling.sampler import create_sampler
+
+REPORT_FILES = ("reconstructions.png", "label_swap.png", "interpolation.png", "temperature.png")
+RECON_COLS = 16
+RECON_ROW_PAIRS = 2
+SWAP_ROWS = 8
+INTERP_ROWS = 6
+INTERP_STEPS = 10
+TEMPERATURES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
+TEMPERATURE_SAMPLES = 2  # per digit per row
+SCALE = 2
+PAD = 2
+
+
+def report_shapes() -> dict[str, tuple[int, int]]:
+    """Expected (columns, rows) of tiles in each report, for tests and docs."""
+    return {
+        "reconstructions.png": (RECON_COLS, 2 * RECON_ROW_PAIRS),
+        "label_swap.png": (1 + NUM_CLASSES, SWAP_ROWS),
+        "interpolation.png": (INTERP_STEPS + 2, INTERP_ROWS),
+        "temperature.png": (NUM_CLASSES * TEMPERATURE_SAMPLES, len(TEMPERATURES)),
+    }
+
+
+def _decode_soft(model: CVAE, variables: dict, z: jax.Array, onehot: jax.Array) -> np.ndarray:
+    logits = model.apply(variables, z, onehot, False, method=lambda m, *a: m.decoder(*a))
+    return np.asarray(pixel_means(logits)).reshape(-1, 28, 28)
+
+
+def _posterior_means(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray):
+    x = jnp.asarray(images_u8.reshape(len(images_u8), -1), jnp.float32) / 255.0
+    mean, _ = model.apply(variables, x, jnp.asarray(labels, jnp.int32), method=CVAE.encode)
+    return mean
+
+
+def _one_per_digit(labels: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` test indices cycling through the digits 0, 1, ... (random within a digit)."""
+    picks = []
+    for i in range(count):
+        candidates = np.flatnonzero(labels == i % NUM_CLASSES)
+        if len(candidates) == 0:
+            candidates = np.arange(len(labels))
+        picks.append(int(rng.choice(candidates)))
+    return np.asarray(picks)
+
+
+def reconstructions(model, variables, images_u8, labels, rng) -> np.ndarray:
+    """float[2 * RECON_ROW_PAIRS * RECON_COLS, 28, 28]: input rows above output rows."""
+    picks = _one_per_digit(labels, RECON_COLS * RECON_ROW_PAIRS, rng)
+    mean = _posterior_means(model, variables, images_u8[picks], labels[picks])
+    outputs = _decode_soft(model, variables, mean, jax.nn.one_hot(labels[picks], NUM_CLASSES))
+    inputs = images_u8[picks].reshape(-1, 28, 28).astype(np.float32) / 255.0
+    rows = []
+    for pair in range(RECON_ROW_PAIRS):
+        cols = slice(pair * RECON_COLS, (pair + 1) * RECON_COLS)
+        rows += [inputs[cols], outputs[cols]]
+    return np.concatenate(rows)
+
+
+def label_swap(model, variables, images_u8, labels, rng) -> np.ndarray:
+    picks = _one_per_digit(labels, SWAP_ROWS, rng)
+    mean = np.asarray(_posterior_means(model, variables, images_u8[picks], labels[picks]))
+    z = np.repeat(mean, NUM_CLASSES, axis=0)
+    onehot = np.tile(np.eye(NUM_CLASSES, dtype=np.float32), (SWAP_ROWS, 1))
+    decoded = _decode_soft(model, variables, z, onehot).reshape(SWAP_ROWS, NUM_CLASSES, 28, 28)
+    inputs = images_u8[picks].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
+    return np.concatenate([inputs, decoded], axis=1).reshape(-1, 28, 28)
+
+
+def interpolation(model, variables, images_u8, labels, rng) -> np.ndarray:
+    starts = _one_per_digit(labels, INTERP_ROWS, rng)
+    ends = _one_per_digit(labels, INTERP_ROWS + 3, rng)[3:]  # a different digit at the far end
+    mean_a = np.asarray(_posterior_means(model, variables, images_u8[starts], labels[starts]))
+    mean_b = np.asarray(_posterior_means(model, variables, images_u8[ends], labels[ends]))
+    alphas = np.linspace(0.0, 1.0, INTERP_STEPS, dtype=np.float32)[None, :, None]
+    z = (1 - alphas) * mean_a[:, None] + alphas * mean_b[:, None]
+    eye = np.eye(NUM_CLASSES, dtype=np.float32)
+    onehot = (1 - alphas) * eye[labels[starts]][:, None] + alphas * eye[labels[ends]][:, None]
+    decoded = _decode_soft(model, variables, z.reshape(-1, z.shape[-1]),
+                           onehot.reshape(-1, NUM_CLASSES)).reshape(INTERP_ROWS, -1, 28, 28)
+    first = images_u8[starts].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
+    last = images_u8[ends].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
+    return np.concatenate([first, decoded, last], axis=1).reshape(-1, 28, 28)
+
+
+def temperature_sweep(sampler, seed: int) -> np.ndarray:
+    return np.concatenate([sampler.sample_images(None, TEMPERATURE_SAMPLES, seed, t)
+                           for t in TEMPERATURES])
+
+
+def write_reports(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray,
+                  out_dir: str | Path, seed: int = 0) -> dict[str, str]:
+    """Write the four PNGs into out_dir; returns {name: path}. images_u8: uint8[N, 28, 28]."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    labels = np.asarray(labels)
+    sampler = create_sampler(model, model.config, variables)
+    grids = {
+        "reconstructions.png": reconstructions(model, variables, images_u8, labels,
+                                               np.random.default_rng(seed)),
+        "label_swap.png": label_swap(model, variables, images_u8, labels,
+                                     np.random.default_rng(seed + 1)),
+        "interpolation.png": interpolation(model, variables, images_u8, labels,
+                                           np.random.default_rng(seed + 2)),
+        "temperature.png": temperature_sweep(sampler, seed),
+    }
+    paths = {}
+    for name, images in grids.items():
+        cols = report_shapes()[name][0]
+        paths[name] = str(save_png(make_grid(images, cols, pad=PAD, scale=SCALE), out_dir / name))
+    return paths

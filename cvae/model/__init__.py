@@ -1,0 +1,1 @@
+"""Model: the Linen networks, their losses, the prior and the class transport."""

@@ -1,0 +1,1 @@
+"""Sampling: the sampler and its verified blocks, request batches, grids, transfers and walks."""

@@ -1,0 +1,129 @@
+"""Fixed row blocks for the sampler's device calls, and the check that makes them safe.
+
+The sampler (cvae/sampling/sampler.py) runs every jitted function (decode, code decode, prior
+mapping, encode) on padded blocks of a few fixed sizes, so that a seeded request gets the same bits
+alone or batched with others. That needs one property of the compiled programs: a row's output
+bits depend neither on the block size nor on the row's position in the block. XLA's CPU dots
+do not promise it. They run in YNNPACK, whose kernels are picked at run time from the CPU's
+features, and the same program gave other bits for rows 64-127 of a 128-row block than for
+rows 0-63 on an AVX2 machine, while every row agreed on an AVX-512 one. So the property is
+checked on the machine that runs the sampler (`block_check`), every row position of every
+block size, and what disagrees is dropped. When no size passes, rows are decoded one per call:
+one program, one position, the same bits by construction.
+
+Synopsis:
+
+    plan_blocks(200, (64, 128, 256))       # (128, 64, 64)? the cheapest cover of 200 rows
+    outcome = block_check(sampler, DECODE_BLOCKS)   # BlockCheck(kept=..., dropped=...)
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+# XLA's CPU dot picks its kernel by shape: sizes of 56 rows or more shared one kernel on the
+# machine this was written on (smaller blocks did not), so these are the candidates that
+# `block_check` verifies wherever the sampler runs.
+DECODE_BLOCKS = (64, 128, 256, 512, 1024)
+ROW_BY_ROW = (1,)  # the fallback when no block size keeps a row's bits at every position
+_CALL_COST_ROWS = 8  # one more device call costs about as much as decoding 8 more rows
+_TEST_ROWS = 3  # distinct rows each block size is checked with
+_NUM_LABELS = 10
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_blocks(rows: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The block sizes that cover `rows` rows most cheaply (padded rows + call overhead)."""
+    if rows <= 0:
+        return ()
+    largest = max(sizes)
+    full, rest = divmod(rows, largest)
+    if full:
+        return (largest,) * full + plan_blocks(rest, sizes)
+    options = [(min(s for s in sizes if s >= rows),)]
+    fitting = [s for s in sizes if s <= rows]
+    if fitting:
+        options.append((max(fitting), *plan_blocks(rows - max(fitting), sizes)))
+    return min(options, key=lambda plan: sum(plan) + _CALL_COST_ROWS * len(plan))
+
+
+class BlockCheck(NamedTuple):
+    kept: tuple[int, ...]  # the sizes to decode with (`ROW_BY_ROW` when none passed)
+    dropped: tuple[int, ...]
+    # The bits the kept sizes give the test rows: equal on two machines whose kernels round
+    # alike, so it can stand for "these kernels" in a fingerprint of what decides the output.
+    signature: bytes
+
+
+# (jitted fn(variables, rows f32[B, D], labels i32[B]) -> array or tuple of arrays, D)
+Probe = tuple[Callable, int]
+
+
+def block_check(sampler, sizes: tuple[int, ...]) -> BlockCheck:
+    """Which `sizes` give every test row the same bits at every position, for every function
+    the sampler runs through blocks (see the module docstring).
+
+    Each size is summarised by the bits its blocks give the test rows, or None when a row's
+    bits differ between two positions of one block (filled with copies of the row, or with
+    the distinct test rows in turn). The largest group of sizes with equal bits is kept (ties:
+    the group with the smallest size).
+    """
+    probes = sampler_probes(sampler)
+    signatures = {size: block_signature(probes, sampler.variables, size) for size in sizes}
+    groups: dict[bytes, list[int]] = {}
+    for size in sorted(sizes):
+        if signatures[size] is not None:
+            groups.setdefault(signatures[size], []).append(size)
+    if not groups:
+        return BlockCheck(ROW_BY_ROW, tuple(sorted(sizes)),
+                          block_signature(probes, sampler.variables, 1))
+    signature, kept = max(groups.items(), key=lambda group: (len(group[1]), -group[1][0]))
+    return BlockCheck(tuple(kept), tuple(s for s in sorted(sizes) if s not in kept), signature)
+
+
+def sampler_probes(sampler) -> list[Probe]:
+    """The functions a `cvae.sampling.sampler.Sampler` runs through blocks, with their row
+    widths."""
+    latent = sampler.latent_dim
+    probes = [(fn, latent) for fn in (sampler.decode_fn, sampler.code_decode_fn,
+                                      sampler.prior_fn) if fn is not None]
+    if sampler.encode_fn is not None:
+        probes.append((sampler.encode_fn, sampler.image_pixels))
+    if sampler.classify_fn is not None:  # q(y|x) of a few-label model takes no labels
+        classify = sampler.classify_fn
+        probes.append((lambda variables, images, labels: classify(variables, images),
+                       sampler.image_pixels))
+    return probes
+
+
+def block_signature(probes: list[Probe], variables: dict, size: int) -> bytes | None:
+    """A digest of the bits each test row gets in blocks of `size` rows; None when some row
+    gets other bits at another position."""
+    digest = hashlib.sha256()
+    for fn, width in probes:
+        rows = np.random.default_rng(width).random((_TEST_ROWS, width), np.float32)
+        labels = np.arange(_TEST_ROWS, dtype=np.int32) % _NUM_LABELS
+        cycle = np.arange(size) % _TEST_ROWS  # distinct rows, each at every third position
+        mixed = _outputs(fn, variables, rows[cycle], labels[cycle])
+        for row in range(_TEST_ROWS):
+            copies = _outputs(fn, variables, np.repeat(rows[row:row + 1], size, axis=0),
+                              np.full(size, labels[row], np.int32))
+            for same, among in zip(copies, mixed):
+                expected = np.broadcast_to(same[:1], same.shape)
+                if not (np.array_equal(same, expected)
+                        and np.array_equal(among[cycle == row], expected[cycle == row])):
+                    return None
+                digest.update(same[0].tobytes())
+    return digest.digest()
+
+
+def _outputs(fn: Callable, variables: dict, rows: np.ndarray, labels: np.ndarray
+             ) -> list[np.ndarray]:
+    """fn's outputs on one block, as unsigned integers (so bits compare, NaN and -0.0 too)."""
+    out = fn(variables, rows, labels)
+    return [np.asarray(value).view(np.uint32) for value in (out if isinstance(out, tuple)
+                                                             else (out,))]

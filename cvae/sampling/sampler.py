@@ -1,0 +1,353 @@
+"""The one decode sampler, shared by `cvae sample`, the per-epoch grids and the service.
+
+A request is (digit or all digits, n, seed, temperature). Its latents depend only on those
+values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding runs on
+padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), so a row's
+pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
+whether it was decoded alone or batched with others. The sampler also encodes (the posterior
+q(z|x,y) of given images, for style transfer) through the same blocks, with the same guarantee.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cvae.model import prior as prior_lib
+from cvae.sampling.blocks import DECODE_BLOCKS, block_check, plan_blocks
+from cvae.config import NUM_CLASSES, Config
+from cvae.sampling.grid import make_grid, png_bytes
+from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
+from cvae.model.losses import kl_divergence, reconstruction
+from cvae.model.networks import CVAE, IMAGE_PIXELS, create_model, pixel_means
+from cvae.model.transport import ClassTransport, class_transport
+
+DIGITS = tuple(range(NUM_CLASSES))
+
+
+def create_decode_fn(model: CVAE, config: Config, codes: bool = False) -> Callable:
+    """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
+
+    z is the sampling noise, N(0, t^2 I); the model's prior maps it to its latent (the identity
+    for the standard prior). With `codes`, z are latents (codes) decoded as they are.
+    """
+    method = CVAE.decode if codes else CVAE.generate
+
+    @jax.jit
+    def decode(variables, z, labels):
+        logits = model.apply(variables, z, labels, method=method)
+        return pixel_means(logits).reshape(-1, 28, 28)
+
+    return decode
+
+
+def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
+    """Jitted `prior(variables, noise f32[B, L], labels i32[B]) -> codes f32[B, L]`: the latent
+    that `generate` decodes for that noise; None for the standard prior (the identity)."""
+    if config.prior == "standard":
+        return None
+
+    @jax.jit
+    def prior(variables, noise, labels):
+        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise,
+                                labels)
+
+    return prior
+
+
+def create_encode_fn(model: CVAE, config: Config) -> Callable:
+    """Jitted `encode(variables, images f32[B, 784] in [0, 1], labels i32[B])` ->
+    (mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]).
+
+    neg_elbo is -ELBO(x, y) at z = the posterior mean (reconstruction + KL, in nats):
+    deterministic, and lowest for the label that explains the image best, which is how a
+    transfer picks the label of an unlabelled digit.
+    """
+
+    @jax.jit
+    def encode(variables, images, labels):
+        mean, logvar = model.apply(variables, images, labels, method=CVAE.encode)
+        logits = model.apply(variables, mean, labels, method=CVAE.decode)
+        neg_elbo = reconstruction(logits, images, config.likelihood) + kl_divergence(mean, logvar)
+        return mean, logvar, neg_elbo
+
+    return encode
+
+
+def create_classify_fn(model: CVAE, config: Config) -> Callable | None:
+    """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> q(y|x) f32[B, 10]`, the
+    classifier of a model trained with `--labels N`; None for a model without one."""
+    if config.labelled_count is None:
+        return None
+
+    @jax.jit
+    def classify(variables, images):
+        return jax.nn.softmax(model.apply(variables, images, method=CVAE.classify), axis=-1)
+
+    return classify
+
+
+def draw_latents(seed: int, digit: int, n: int, latent_dim: int, temperature: float) -> np.ndarray:
+    """z ~ N(0, temperature^2 I): float32[n, latent_dim], a function of its arguments only."""
+    key = jax.random.fold_in(jax.random.key(seed), digit)
+    z = jax.random.normal(key, (n, latent_dim), jnp.float32) * jnp.float32(temperature)
+    return np.asarray(z)
+
+
+def request_latents(seed: int, digits: tuple[int, ...], n: int, latent_dim: int,
+                    temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """Latents and labels for n samples of each digit, digit-major: (f32[D*n, L], i32[D*n])."""
+    z = np.concatenate([draw_latents(seed, d, n, latent_dim, temperature) for d in digits])
+    labels = np.repeat(np.asarray(digits, np.int32), n)
+    return z, labels
+
+
+class LatentRequest(NamedTuple):
+    """The arguments of `request_latents` for one request (latent_dim comes from the model)."""
+
+    seed: int
+    digits: tuple[int, ...]
+    n: int
+    temperature: float
+
+    @property
+    def rows(self) -> int:
+        """Images decoded for it."""
+        return len(self.digits) * self.n
+
+
+class Codes(NamedTuple):
+    """Rows whose z are codes (latents), to decode as they are (`Sampler.decode_codes`), not
+    prior noise: a transfer's posterior latents, or a latent walk's points."""
+
+    z: np.ndarray  # f32[rows, L]
+    labels: np.ndarray  # i32[rows]
+    label: int | None = None  # a transfer's: the label its image was encoded with
+
+
+def _bucket(size: int, minimum: int) -> int:
+    return max(minimum, 1 << (size - 1).bit_length())
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "latent_dim"))
+def _unit_normals(seeds, digits, rows: int, latent_dim: int):
+    """u32[K], i32[K] -> f32[K, rows, L]: N(0, I) drawn from key(seed) folded with the digit."""
+    def one(seed, digit):
+        key = jax.random.fold_in(jax.random.key(seed), digit)
+        return jax.random.normal(key, (rows, latent_dim), jnp.float32)
+    return jax.vmap(one)(seeds, digits)
+
+
+def batch_latents(requests: list[LatentRequest], latent_dim: int
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`request_latents` for many requests in one device call per size class; same values.
+
+    Threefry draws are counter based, so the first n rows of an (N, L) draw equal an (n, L)
+    draw: each (seed, digit) pair draws a power-of-two number of rows (and the pair count is
+    padded to a power of two), so few programs are ever compiled. The temperature is applied
+    in NumPy, one float32 multiply, exactly as `draw_latents` does. JAX uses the low 32 bits of
+    a Python int seed (without jax_enable_x64), so seeds are passed as seed mod 2**32.
+    """
+    results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(requests)
+    classes: dict[int, list[int]] = {}
+    for index, request in enumerate(requests):
+        classes.setdefault(_bucket(request.n, 16), []).append(index)
+    for rows, members in classes.items():
+        pairs = [(requests[i].seed % 2**32, d) for i in members for d in requests[i].digits]
+        size = _bucket(len(pairs), 8)
+        seeds = np.zeros(size, np.uint32)
+        digits = np.zeros(size, np.int32)
+        seeds[:len(pairs)], digits[:len(pairs)] = zip(*pairs)
+        normals = np.asarray(_unit_normals(seeds, digits, rows=rows, latent_dim=latent_dim))
+        start = 0
+        for i in members:
+            seed, request_digits, n, temperature = requests[i]
+            block = normals[start:start + len(request_digits), :n]
+            start += len(request_digits)
+            z = block.reshape(-1, latent_dim) * np.float32(temperature)
+            results[i] = (z, np.repeat(np.asarray(request_digits, np.int32), n))
+    return results
+
+
+@dataclasses.dataclass
+class Sampler:
+    """Decodes latents in padded blocks of a few fixed sizes; holds one checkpoint's weights."""
+
+    config: Config
+    variables: dict
+    decode_fn: Callable
+    step: int = 0
+    block_sizes: tuple[int, ...] = DECODE_BLOCKS
+    encode_fn: Callable | None = None  # `create_encode_fn`'s; None: this sampler only decodes
+    # Decodes codes as they are. `decode_fn` decodes prior draws: the same program while the
+    # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
+    code_decode_fn: Callable | None = None
+    prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
+    classify_fn: Callable | None = None  # `create_classify_fn`'s; None: the model has no q(y|x)
+    dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
+    kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
+    # (the mixture's `means` array, its transport): made on first use from `variables`, which
+    # callers may set after creating the sampler.
+    _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def class_transport(self) -> ClassTransport | None:
+        """How label swaps carry a code between classes (cvae.model.transport); None: as it is."""
+        if self.config.prior == "standard":
+            return None
+        means = self.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]["means"]
+        if self._transport is None or self._transport[0] is not means:
+            self._transport = (means, class_transport(self.config, self.variables))
+        return self._transport[1]
+
+    def swap(self, z: np.ndarray, source, target: np.ndarray) -> np.ndarray:
+        """Codes of class(es) `source` -> codes to decode with labels `target` (the identity
+        without a transport, and from a class to itself)."""
+        transport = self.class_transport()
+        if transport is None:
+            return z
+        return transport.apply(z, np.broadcast_to(source, np.shape(target)), target)
+
+    @property
+    def latent_dim(self) -> int:
+        return self.config.latent_dim
+
+    @property
+    def image_pixels(self) -> int:
+        """The width of `encode_fn`'s rows."""
+        return IMAGE_PIXELS
+
+    def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Prior draws f32[B, L], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks`
+        chooses."""
+        return self._decode_blocks(self.decode_fn, z, labels)
+
+    def decode_codes(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, 28, 28], the same blocks."""
+        return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels)
+
+    def to_codes(self, noise: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Prior draws f32[B, L] -> the codes `decode` decodes them as (the prior's mapping),
+        through the same blocks; the draws themselves for the standard prior."""
+        if self.prior_fn is None:
+            return noise
+        codes = self._decode_blocks(self.prior_fn, noise, labels)
+        return codes.reshape(len(noise), self.latent_dim)
+
+    def _in_blocks(self, fn: Callable, *inputs: np.ndarray) -> list[np.ndarray] | None:
+        """fn(variables, *inputs) over the blocks `plan_blocks` chooses, every input padded
+        with zero rows to the block's size: its outputs (one array, or each of a tuple), the
+        padding cut off and the blocks joined; None when there are no rows."""
+        parts, start = [], 0
+        for size in plan_blocks(len(inputs[0]), self.block_sizes):
+            blocks = [x[start:start + size] for x in inputs]
+            rows = len(blocks[0])
+            out = fn(self.variables, *(np.pad(block, [(0, size - rows)] + [(0, 0)] *
+                                              (block.ndim - 1)) for block in blocks))
+            parts.append([np.asarray(value)[:rows]
+                          for value in (out if isinstance(out, tuple) else (out,))])
+            start += size
+        return [np.concatenate(column) for column in zip(*parts)] if parts else None
+
+    def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
+        out = self._in_blocks(decode_fn, z, labels)
+        return out[0] if out else np.zeros((0, 28, 28), np.float32)
+
+    def encode(self, images: np.ndarray, labels: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """uint8[B, 28, 28], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
+        the same blocks as `decode`, so a row's values do not depend on its neighbours."""
+        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
+        if out is None:
+            latent = np.zeros((0, self.latent_dim), np.float32)
+            return latent, latent, np.zeros(0, np.float32)
+        mean, logvar, neg_elbo = out
+        return mean, logvar, neg_elbo
+
+    def classify(self, images: np.ndarray) -> np.ndarray:
+        """uint8[B, 28, 28] -> q(y|x), f32[B, 10], through the same blocks as `encode` (a row's
+        probabilities do not depend on its neighbours). Only for a model with a classifier."""
+        if self.classify_fn is None:
+            raise ValueError("this checkpoint has no classifier q(y|x): it was trained with "
+                             "every label (train with --labels N for one)")
+        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        out = self._in_blocks(self.classify_fn, x)
+        return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)
+
+    def check_blocks(self) -> tuple[int, ...]:
+        """Keep only the block sizes in which every row position gives a row the same bits.
+
+        A row of a request may land at any position of any block size, next to any other
+        rows. XLA's CPU dot kernels (YNNPACK, chosen at run time from the CPU's features) treat
+        some block sizes, and on some CPUs some positions within a block, differently, so this
+        is checked where the sampler runs, not assumed: `block_check` runs every function the
+        sampler calls (decode, code decode, prior mapping, encode, classify) on blocks of each size
+        filled with copies of one row, and on blocks of distinct rows, and compares every
+        position. The sizes that agree with each other are kept (the largest such group); if
+        none agrees at every position, the sampler decodes one row per call, which is the same
+        program for every row by construction. Compiles every size (so it doubles as the
+        warm-up); returns the sizes dropped.
+        """
+        outcome = block_check(self, self.block_sizes)
+        self.block_sizes, self.dropped_blocks, self.kernel_signature = outcome
+        return outcome.dropped
+
+    def warm_up(self) -> None:
+        """Compile the decode programs before the first real request."""
+        self.check_blocks()
+
+    def sample_images(self, digit: int | None, n: int, seed: int,
+                      temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
+        digits = DIGITS if digit is None else (digit,)
+        z, labels = request_latents(seed, digits, n, self.config.latent_dim, temperature)
+        return self.decode(z, labels)
+
+    def sample_png(self, digit: int | None, n: int, seed: int,
+                   temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
+                   scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD) -> bytes:
+        images = self.sample_images(digit, n, seed, temperature)
+        return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
+
+
+def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
+    """One digit -> ceil(sqrt(n)) columns; all digits -> one row per digit, cols = n.
+
+    The layout of docs/design.md, "HTTP service"; `cols` overrides it.
+    """
+    if cols is not None:
+        return cols
+    return n if digit is None else int(np.ceil(np.sqrt(n)))
+
+
+def load_sampler(checkpoint_dir, step: int | None = None,
+                 block_rows: int | None = None) -> Sampler:
+    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them.
+
+    Its block sizes are verified on this machine (`Sampler.check_blocks`), which also compiles
+    them: what `cvae sample`, the service and the tests use.
+    """
+    # checkpoint -> model; imported here to keep this import light
+    from cvae.training.checkpoints import load_checkpoint
+
+    checkpoint = load_checkpoint(checkpoint_dir, step)
+    model = create_model(checkpoint.config)
+    sampler = create_sampler(model, checkpoint.config, checkpoint.state.eval_variables(),
+                             checkpoint.step, block_rows)
+    sampler.check_blocks()
+    return sampler
+
+
+def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
+                   block_rows: int | None = None) -> Sampler:
+    """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`)."""
+    blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
+    prior_fn = create_prior_fn(model, config)
+    code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
+    return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
+                   encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
+                   prior_fn=prior_fn, classify_fn=create_classify_fn(model, config))

@@ -1,0 +1,2 @@
+"""Training: the step, optimizer, devices and processes, few labels, the loop, callbacks,
+checkpoints."""

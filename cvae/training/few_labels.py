@@ -1,0 +1,228 @@
+"""Semi-supervised training (Kingma et al. 2014, model M2): the loss and the batches.
+
+With `--labels N` a few training images keep their labels; for the rest the label is a latent
+variable with its own encoder, the classifier q(y|x). Per image (nats):
+
+- labelled (x, y):  L(x, y) = -ELBO(x, y) = reconstruction + kl_weight * KL(q(z|x,y) || N(0, I));
+- unlabelled x:     U(x) = sum_y q(y|x) L(x, y) - H(q(y|x)), all ten labels in one batched pass
+                    (each x repeated with every label: one encoder and one decoder call);
+- classifier:       CE(x, y) = -log q(y|x) on the labelled images.
+
+The paper's objective is J^alpha = sum_labelled L + sum_unlabelled U + alpha * E_labelled[CE] with
+alpha = 0.1 * N over the N training images. Divided by N it is an average per training image:
+(N_l / N) mean_l L + (N_u / N) mean_u U + 0.1 mean_l CE, which is what `semi_supervised_loss`
+computes from a batch (`labelled_share` = N_l / N, `classifier_weight` = 0.1 by default). The
+batch's own mix of labelled and unlabelled images (`labelled_per_batch`) therefore changes only
+the noise of the estimate, not what is minimised. (-log p(y) = log 10 is a constant and left out.)
+
+Each batch is `labelled_per_batch` labelled images followed by the rest unlabelled: the unlabelled
+ones run through one permutation per epoch, the labelled ones through their own permutation per
+epoch, cycled, so even 100 labels fill every batch's labelled share.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from cvae.config import NUM_CLASSES, Config
+from cvae.errors import ResumeError
+from cvae.model.losses import kl_per_dimension, reconstruction
+from cvae.model.networks import CVAE
+from cvae.data.splits import labelled_indices
+
+
+def shift_images(key: jax.Array, images: jax.Array, max_shift: int) -> jax.Array:
+    """Each image f32[B, 784] moved by its own random (dy, dx) in [-max_shift, max_shift]^2
+    (rolled: MNIST's border is blank, so a roll of a few pixels is a shift)."""
+    shifts = jax.random.randint(key, (images.shape[0], 2), -max_shift, max_shift + 1)
+
+    def one(image, shift):
+        return jnp.roll(image.reshape(28, 28), shift, axis=(0, 1)).reshape(-1)
+
+    return jax.vmap(one)(images, shifts)
+
+
+def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unlabelled, z_key,
+                    train: bool, rngs: dict, mutable, shift_key: jax.Array | None = None):
+    """One pass of the model over the labelled rows and every unlabelled row with each label.
+
+    -> ((class logits f32[B, 10], reconstruction f32[R], KL f32[R, L] per dimension, n_l,
+    second logits
+    f32[n_u, 10] or None), updates), R = n_l + 10 n_u rows: the labelled rows, then unlabelled
+    image i with label y at n_l + 10 i + y. With `classifier_shift` (and `shift_key`) q(y|x)
+    reads randomly shifted images; with `consistency_weight` it also reads a second shift of
+    each unlabelled image (the "second logits").
+    """
+    config = model.config
+    n_l, n_u = x_labelled.shape[0], x_unlabelled.shape[0]
+    repeated = jnp.repeat(x_unlabelled, NUM_CLASSES, axis=0)
+    targets = jnp.concatenate([x_labelled, repeated])
+    labels = jnp.concatenate([y_labelled, jnp.tile(jnp.arange(NUM_CLASSES), n_u)])
+    read = jnp.concatenate([x_labelled, x_unlabelled])
+    if config.classifier_shift and shift_key is not None:
+        first_key, second_key = jax.random.split(shift_key)
+        read = shift_images(first_key, read, config.classifier_shift)
+        if config.consistency_weight > 0:
+            read = jnp.concatenate([read, shift_images(second_key, x_unlabelled,
+                                                       config.classifier_shift)])
+
+    def forward(module):
+        return module(targets, labels, z_key, train), module.classify(read, train)
+
+    ((logits, mean, logvar), class_logits), updates = model.apply(
+        variables, rngs=rngs, mutable=mutable, method=forward)
+    second = class_logits[n_l + n_u:] if class_logits.shape[0] > n_l + n_u else None
+    return (class_logits[:n_l + n_u], reconstruction(logits, targets, config.likelihood),
+            kl_per_dimension(mean, logvar), n_l, second), updates
+
+
+def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_weight: float,
+                         y_labelled, consistency_weight: float = 0.0, free_bits: float = 0.0):
+    """The batch estimate of J^alpha / N (module docstring) and its terms, from `per_label_terms`.
+
+    The KL enters as kl_weight times its weighted mean over the rows (each labelled row
+    weighs labelled_share / n_l, unlabelled row (i, y) (1 - labelled_share) q(y|x_i) / n_u), so
+    with `free_bits` each latent dimension's weighted mean KL is floored before summing, as
+    `cvae.model.losses.objective` floors the batch mean. With second logits, `consistency_weight`
+    times the mean squared difference of the two readings' probabilities of each unlabelled
+    image is added (the Pi-model's consistency).
+    -> (loss, {"loss", "reconstruction", "kl", "labelled_loss", "unlabelled_loss",
+    "classifier_cross_entropy", "classifier_accuracy", "entropy", "consistency"});
+    reconstruction and KL are the expected terms over all images of the batch (q(y|x)-weighted
+    for the unlabelled).
+    """
+    class_logits, rec, kl_per_dim, n_l, second = outputs
+    kl = kl_per_dim.sum(axis=-1)
+    neg_elbo = rec + kl_weight * kl
+    log_q = jax.nn.log_softmax(class_logits[n_l:])  # unlabelled: f32[n_u, 10]
+    q = jnp.exp(log_q)
+
+    def by_label(values):  # unlabelled rows -> f32[n_u, 10]
+        return values[n_l:].reshape(-1, NUM_CLASSES)
+
+    entropy = -jnp.sum(q * log_q, axis=-1)
+    unlabelled = jnp.sum(q * by_label(neg_elbo), axis=-1) - entropy
+    labelled = neg_elbo[:n_l]
+    cross_entropy = optax.softmax_cross_entropy_with_integer_labels(class_logits[:n_l],
+                                                                    y_labelled)
+    consistency = (jnp.zeros(()) if second is None else
+                   jnp.sum(jnp.square(q - jax.nn.softmax(second)), axis=-1).mean())
+    loss = (labelled_share * labelled.mean() + (1.0 - labelled_share) * unlabelled.mean()
+            + classifier_weight * cross_entropy.mean() + consistency_weight * consistency)
+    if free_bits > 0:  # the KL term again, with each dimension's weighted mean floored
+        n_u = q.shape[0]
+        weights = jnp.concatenate([jnp.full((n_l,), labelled_share / n_l),
+                                   (1.0 - labelled_share) * q.reshape(-1) / n_u])
+        per_dim = jnp.einsum("r,rd->d", weights, kl_per_dim)
+        loss += kl_weight * (jnp.maximum(per_dim, free_bits).sum() - per_dim.sum())
+
+    def expected(values):  # labelled rows as they are, unlabelled ones under q(y|x)
+        return jnp.concatenate([values[:n_l], jnp.sum(q * by_label(values), axis=-1)]).mean()
+
+    terms = {"loss": loss, "reconstruction": expected(rec), "kl": expected(kl),
+             "labelled_loss": labelled.mean(), "unlabelled_loss": unlabelled.mean(),
+             "classifier_cross_entropy": cross_entropy.mean(),
+             "classifier_accuracy": jnp.mean(jnp.argmax(class_logits[:n_l], -1) == y_labelled),
+             "entropy": entropy.mean(), "consistency": consistency}
+    return loss, terms
+
+
+def labelled_share(config: Config, num_training: int) -> float:
+    """N_l / N: the labelled images' share of the training images."""
+    return config.labelled_count / num_training
+
+
+def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
+    """`train_chunk(state, images, labels, orders, first, key, num_steps) -> (state, metrics)`.
+
+    `orders` = (labelled file rows i32[N_l], unlabelled file rows i32[N_u]), each in this
+    epoch's order. Batch i of the chunk is the labelled rows at (first + i) * n_l + 0..n_l - 1
+    (cycled modulo N_l), then the unlabelled rows (first + i) * n_u ... Only the labelled rows'
+    labels are read. The batch reaches the step as {"image": f32[B, 784], "label": i32[n_l]}.
+    """
+    n_l = config.labelled_per_batch
+    n_u = config.batch_size - n_l
+
+    @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
+    def train_chunk(state, images, labels, orders, first, key, num_steps: int):
+        labelled_order, unlabelled_order = orders
+
+        def body(state, i):
+            batch_index = first + i
+            labelled_rows = labelled_order[(batch_index * n_l + jnp.arange(n_l))
+                                           % labelled_order.shape[0]]
+            unlabelled_rows = jax.lax.dynamic_slice_in_dim(unlabelled_order, batch_index * n_u,
+                                                           n_u)
+            rows = jnp.concatenate([labelled_rows, unlabelled_rows])
+            batch = {"image": images[rows].astype(jnp.float32) / 255.0,
+                     "label": labels[labelled_rows].astype(jnp.int32)}
+            return train_step(state, batch, key)
+
+        return jax.lax.scan(body, state, jnp.arange(num_steps))
+
+    return train_chunk
+
+
+def create_classify_fn(model: CVAE, batch_size: int = 1000) -> Callable:
+    """Jitted `classify(variables, images_u8 u8[N, 784]) -> q(y|x) argmax i32[N]`, in batches."""
+
+    @jax.jit
+    def classify(variables, images_u8):
+        n = images_u8.shape[0]
+        size = min(batch_size, n)
+        padded = jnp.pad(images_u8, ((0, -n % size), (0, 0)))
+
+        def one(start):
+            rows = jax.lax.dynamic_slice_in_dim(padded, start, size).astype(jnp.float32) / 255.0
+            return jnp.argmax(model.apply(variables, rows, method=CVAE.classify), axis=-1)
+
+        return jax.lax.map(one, jnp.arange(0, padded.shape[0], size)).reshape(-1)[:n]
+
+    return classify
+
+
+def choose_labelled_set(split, config: Config) -> dict[str, np.ndarray]:
+    """The labelled set of a `--labels N` run: {"positions": rows of the training part,
+    "indices": rows of the training file, "labels"}, all i32[N]
+    (`cvae.data.splits.labelled_indices`).
+    """
+    file_rows = split.train_indices
+    positions = labelled_indices(split.train_labels, file_rows, config.labelled_count,
+                                 NUM_CLASSES, config.seed)
+    return {"positions": positions.astype(np.int32),
+            "indices": np.asarray(file_rows[positions], np.int32),
+            "labels": np.asarray(split.train_labels[positions], np.int32)}
+
+
+def check_labelled_set(stored: dict, chosen: dict, checkpoint_dir) -> None:
+    """A resumed run must train on the labelled set it started with: a different one means the
+    training file changed (or the split did), and the run would not be the same run."""
+    same = all(np.array_equal(np.asarray(stored[name]), chosen[name])
+               for name in ("indices", "labels"))
+    if not same:
+        raise ResumeError(f"{checkpoint_dir} holds a run trained on another labelled set (the "
+                          f"training file or its labels changed since): pass --fresh to start "
+                          f"over, or use another --checkpoint-dir")
+
+
+def unlabelled_positions(num_training: int, labelled_positions: np.ndarray) -> np.ndarray:
+    """Rows of the training part that train without their labels: i32[N - N_l]."""
+    keep = np.ones(num_training, bool)
+    keep[labelled_positions] = False
+    return np.flatnonzero(keep).astype(np.int32)
+
+
+def create_error_fn(model: CVAE) -> Callable:
+    """`error(variables, images_u8 u8[N, 784], labels i32[N]) -> float`: q(y|x)'s error rate."""
+    classify = create_classify_fn(model)
+
+    def error(variables, images_u8, labels) -> float:
+        return float(jnp.mean(classify(variables, images_u8) != labels))
+
+    return error

@@ -1,0 +1,228 @@
+"""Train state and the jitted pieces of training: one step and a fused chunk of steps.
+
+All randomness is derived from (seed, step): the step folds its own count into the run's key,
+and each epoch's data order is a permutation keyed by (seed, epoch). A resumed run therefore
+needs no RNG state beyond the step to see the same batches and the same noise.
+The dataset lives on the device; a chunk of `steps_per_call` steps runs inside one `lax.scan`,
+so the host only wakes up to log and checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training import train_state
+from jax.sharding import Mesh
+
+from cvae.config import Config
+from cvae.errors import ConfigError
+from cvae.model.losses import vae_loss
+from cvae.model.networks import CVAE, init_variables
+from cvae.training.optimizer import create_kl_weight_schedule
+from cvae.training.devices import check_divisible, gather_rows, replicate, shard_batch
+from cvae.training.few_labels import per_label_terms, semi_supervised_loss
+
+Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
+Metrics = dict[str, jax.Array]
+
+# Streams folded into the run key, so each use of randomness is independent of the others.
+_PARAMS_STREAM, _STEP_STREAM, _DATA_STREAM, _EVAL_STREAM, _PRIOR_STREAM = range(5)
+_LABELLED_STREAM = 5  # the labelled images' order under --labels N
+
+
+class TrainState(train_state.TrainState):
+    """Flax TrainState plus what a VAE run needs to resume and to sample."""
+
+    batch_stats: Any = flax.struct.field(default_factory=dict)
+    prior: Any = flax.struct.field(default_factory=dict)  # the fitted mixture, if the run has one
+    ema_params: Any = None
+    # With --labels N: {"indices": i32[N] (rows of the training file), "labels": i32[N]}, the
+    # labelled set, so a resume can check it trains on the same one. Empty with every label.
+    labelled: Any = flax.struct.field(default_factory=dict)
+    key: jax.Array = None  # the run key, raw uint32 data; every other key is folded from it
+
+    def eval_variables(self, use_ema: bool = True) -> dict:
+        """Variables for evaluation and sampling: EMA weights when kept."""
+        params = self.ema_params if (use_ema and self.ema_params is not None) else self.params
+        return {"params": params, **({"batch_stats": self.batch_stats} if self.batch_stats else {}),
+                **({"prior": self.prior} if self.prior else {})}
+
+
+def run_key(seed: int) -> jax.Array:
+    return jax.random.key(seed)
+
+
+def stream_key(key: jax.Array, stream: int) -> jax.Array:
+    return jax.random.fold_in(key, stream)
+
+
+def eval_key(key: jax.Array) -> jax.Array:
+    """The key of evaluation's noise (binarisation, z), independent of training's."""
+    return stream_key(key, _EVAL_STREAM)
+
+
+def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
+                       config: Config) -> TrainState:
+    variables = init_variables(model, stream_key(key, _PARAMS_STREAM))
+    params = variables["params"]
+    state = TrainState.create(
+        apply_fn=model.apply, params=params, tx=optimizer,
+        batch_stats=variables.get("batch_stats", {}), prior=variables.get("prior", {}),
+        # Copies, not aliases: the state is donated to the step, its buffers must be its own.
+        ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
+        labelled=empty_labelled_set(config),
+        key=jnp.copy(jax.random.key_data(key)))
+    # A concrete int32 step (not Python's weakly typed 0), so the first call of the jitted step
+    # and every later one share a single compiled program.
+    return state.replace(step=jnp.zeros((), jnp.int32))
+
+
+def empty_labelled_set(config: Config) -> dict:
+    """The labelled set's place in the state (zeros until the loop fills it in)."""
+    if config.labelled_count is None:
+        return {}
+    return {name: jnp.zeros((config.labelled_count,), jnp.int32) for name in ("indices", "labels")}
+
+
+def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
+                      config: Config, learning_rate_fn: optax.Schedule | None = None,
+                      mesh: Mesh | None = None, labelled_share: float | None = None
+                      ) -> tuple[TrainState, Callable]:
+    """Initialise the state and build `train_step(state, batch, key) -> (state, metrics)`.
+
+    `key` passed to the step is the run key; the step folds in `state.step`, so the caller never
+    splits keys on the host. The returned step is jitted with the state donated. With a `mesh`,
+    the state is replicated over its devices and each batch is split across them.
+    `learning_rate_fn` (of the optimizer update count) only adds the rate to the metrics.
+    With `--labels N` the batch's first `labelled_per_batch` images are labelled and the loss is
+    M2's (`cvae.training.few_labels`), `labelled_share` = N / training images; otherwise every
+    image is.
+    """
+    state = create_train_state(key, model, optimizer, config)
+    if mesh is not None:
+        check_divisible(config.batch_size, mesh)
+        if labelled_share is not None and config.labelled_per_batch % mesh.size:
+            raise ConfigError(f"labelled_per_batch={config.labelled_per_batch}: must be a "
+                              f"multiple of the {mesh.size} devices used for data parallelism")
+        state = replicate(state, mesh)
+    kl_weight_at = create_kl_weight_schedule(config)
+    use_batch_norm = bool(state.batch_stats)
+
+    def train_step(state: TrainState, batch: Batch, key: jax.Array):
+        if mesh is not None:
+            batch = shard_batch(batch, mesh)
+        step_key = jax.random.fold_in(stream_key(key, _STEP_STREAM), state.step)
+        z_key, dropout_key, binarize_key = jax.random.split(step_key, 3)
+        images = maybe_binarize(binarize_key, batch["image"], config)
+        kl_weight = kl_weight_at(state.step)
+
+        def semi_loss_fn(params):
+            variables = {"params": params, **({"batch_stats": state.batch_stats}
+                                              if use_batch_norm else {})}
+            n_l = batch["label"].shape[0]
+            outputs, updates = per_label_terms(
+                model, variables, images[:n_l], batch["label"], images[n_l:], z_key, True,
+                {"dropout": dropout_key}, ["batch_stats"] if use_batch_norm else [],
+                shift_key=jax.random.fold_in(step_key, 1))
+            loss, terms = semi_supervised_loss(outputs, kl_weight, labelled_share,
+                                               config.classifier_weight, batch["label"],
+                                               config.consistency_weight, config.free_bits)
+            return loss, (terms, updates)
+
+        def loss_fn(params):
+            variables = {"params": params}
+            if use_batch_norm:
+                variables["batch_stats"] = state.batch_stats
+            (logits, mean, logvar), updates = model.apply(
+                variables, images, batch["label"], z_key, train=True,
+                rngs={"dropout": dropout_key}, mutable=["batch_stats"] if use_batch_norm else [])
+            loss, terms = vae_loss(logits, images, mean, logvar, likelihood=config.likelihood,
+                                   kl_weight=kl_weight, free_bits=config.free_bits)
+            return loss, (terms, updates)
+
+        (_, (terms, updates)), grads = jax.value_and_grad(
+            loss_fn if labelled_share is None else semi_loss_fn, has_aux=True)(state.params)
+        new_state = state.apply_gradients(grads=grads)
+        if use_batch_norm:
+            new_state = new_state.replace(batch_stats=updates["batch_stats"])
+        if config.ema_decay > 0:
+            new_state = new_state.replace(ema_params=ema_update(
+                state.ema_params, new_state.params, ema_decay_at(new_state.step,
+                                                                 config.ema_decay)))
+        metrics = {**terms, "grad_norm": optax.tree.norm(grads), "kl_weight": kl_weight}
+        if learning_rate_fn is not None:
+            metrics["learning_rate"] = learning_rate_fn(state.step // config.accumulation_steps)
+        return new_state, metrics
+
+    return state, jax.jit(train_step, donate_argnums=0)
+
+
+def ema_decay_at(updates, decay: float):
+    """The decay after `updates` updates: min(decay, (1 + t) / (10 + t)), the warm-up of
+    TensorFlow's ExponentialMovingAverage. Without it the average of a short run stays close to
+    the random initial weights (0.999 keeps 25% of them after 1400 steps)."""
+    return jnp.minimum(decay, (1.0 + updates) / (10.0 + updates))
+
+
+def ema_update(ema, params, decay: float):
+    return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
+
+
+def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
+    """Dynamic binarisation (Bernoulli likelihood): x ~ Bernoulli(intensity), fresh each use."""
+    if config.likelihood == "bernoulli" and config.binarization == "dynamic":
+        return jax.random.bernoulli(key, images).astype(images.dtype)
+    return images
+
+
+def to_batch(images_u8: jax.Array, labels: jax.Array) -> Batch:
+    """uint8[B, 784] pixels -> the float batch the model reads."""
+    return {"image": images_u8.astype(jnp.float32) / 255.0, "label": labels.astype(jnp.int32)}
+
+
+def epoch_permutation(key: jax.Array, epoch: int, num_examples: int) -> jax.Array:
+    """The data order of one epoch; depends only on (run key, epoch)."""
+    return jax.random.permutation(jax.random.fold_in(stream_key(key, _DATA_STREAM), epoch),
+                                  num_examples)
+
+
+def labelled_permutation(key: jax.Array, epoch: int, num_labelled: int) -> jax.Array:
+    """The labelled images' order in one epoch (`--labels N`); depends only on (key, epoch)."""
+    return jax.random.permutation(jax.random.fold_in(stream_key(key, _LABELLED_STREAM), epoch),
+                                  num_labelled)
+
+
+def create_train_chunk(train_step: Callable, batch_size: int,
+                       mesh: Mesh | None = None) -> Callable:
+    """`train_chunk(state, images, labels, order, first, key, num_steps) -> (state, metrics)`.
+
+    Runs `num_steps` train steps in one device call; batch i of the chunk is
+    images[order[(first + i) * B : (first + i + 1) * B]]. Metrics come back stacked [num_steps].
+    With a `mesh`, each device gathers only its own rows of every batch (`gather_rows`).
+    """
+
+    def batch_rows(images, labels, order, start):
+        if mesh is None:
+            idx = jax.lax.dynamic_slice_in_dim(order, start, batch_size)
+            return images[idx], labels[idx]
+        return gather_rows(mesh, (images, labels), order, start, batch_size)
+
+    @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
+    def train_chunk(state, images, labels, order, first, key, num_steps: int):
+        def body(state, i):
+            rows, row_labels = batch_rows(images, labels, order, (first + i) * batch_size)
+            return train_step(state, to_batch(rows, row_labels), key)
+
+        return jax.lax.scan(body, state, jnp.arange(num_steps))
+
+    return train_chunk
+
+
+def prior_fit_key(key: jax.Array, epoch: int) -> jax.Array:
+    """The key of the mixture prior's fit after `epoch` (binarisation, codes, EM starts)."""
+    return jax.random.fold_in(stream_key(key, _PRIOR_STREAM), epoch)

@@ -1,0 +1,321 @@
+"""Semi-supervised training (`--labels N`, Kingma et al. 2014 M2): the labelled set, the loss,
+the batches, and that `--labels all` is the conditional VAE it always was."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from test_reliability import kill_repeatedly, train_command
+from trees import tree_equal
+
+from cvae import config as config_lib
+from cvae.training import few_labels
+from cvae.training.callbacks import Checkpointer, NanGuard
+from cvae.training.checkpoints import load_checkpoint
+from cvae.config import ConfigError, NUM_CLASSES
+from cvae.errors import ResumeError
+from cvae.training.loop import train_and_evaluate
+from cvae.model.losses import kl_divergence, reconstruction
+from cvae.model.networks import CVAE, create_model, init_variables
+from cvae.data.splits import _LABELLED_SALT, _hash_keys, labelled_indices, split_training_set
+from cvae.data.synthetic import synthetic_dataset
+from cvae.training.step import create_train_state
+
+SEMI = config_lib.test().replace(labels="20", labelled_per_batch=4, validation_size=32)
+
+
+def test_labelled_set_is_class_balanced_deterministic_and_disjoint_from_validation():
+    data = synthetic_dataset(400)
+    config = SEMI.replace(dataset="fashion_mnist", validation_size=64, labels="50")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    chosen = few_labels.choose_labelled_set(split, config)
+    assert np.bincount(chosen["labels"], minlength=NUM_CLASSES).tolist() == [5] * NUM_CLASSES
+    assert np.array_equal(chosen["labels"], data.train_labels[chosen["indices"]])
+    held_out = set(range(400)) - set(split.train_indices.tolist())
+    assert len(held_out) == 64 and not held_out & set(chosen["indices"].tolist())
+    again = few_labels.choose_labelled_set(split_training_set(data.train_images, data.train_labels,
+                                                              config), config)
+    assert all(np.array_equal(chosen[k], again[k]) for k in chosen)
+    other_seed = few_labels.choose_labelled_set(split_training_set(
+        data.train_images, data.train_labels, config.replace(seed=1)), config.replace(seed=1))
+    assert not np.array_equal(chosen["indices"], other_seed["indices"])
+
+
+def test_labelled_choice_depends_on_file_index_not_on_position():
+    """The same file rows are chosen whatever else is in the training part (a class's pick is
+    the lowest hashes of its file indices)."""
+    labels = np.repeat(np.arange(NUM_CLASSES), 6)
+    rows = np.arange(60) * 3 + 7
+    full = rows[labelled_indices(labels, rows, 20, NUM_CLASSES, seed=5)]
+    keep = np.ones(60, bool)
+    keep[::7] = False  # drop some rows that were not chosen ...
+    keep[np.searchsorted(rows, full)] = True  # ... but none that were
+    part = rows[keep][labelled_indices(labels[keep], rows[keep], 20, NUM_CLASSES, seed=5)]
+    assert np.array_equal(full, part)
+
+
+def test_too_many_labels_for_a_class_names_the_field():
+    with pytest.raises(ConfigError, match="labels=70: class"):
+        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), 70, NUM_CLASSES, 0)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"labels": "15"}, "labels"), ({"labels": "x"}, "labels"), ({"labels": "0"}, "labels"),
+    ({"labelled_per_batch": 16}, "labelled_per_batch"),
+    ({"classifier_weight": -1.0}, "classifier_weight")])
+def test_bad_semi_supervised_config_names_the_field(changes, field):
+    with pytest.raises(ConfigError, match=f"^{field}="):
+        SEMI.replace(**changes).validate()
+
+
+def test_every_label_model_has_no_classifier_and_few_label_model_has_one():
+    key = jax.random.key(0)
+    plain = init_variables(create_model(config_lib.test()), key)["params"]
+    few = init_variables(create_model(SEMI), key)["params"]
+    assert "classifier" not in plain and set(few) == set(plain) | {"classifier"}
+    # The VAE's own parameters are initialised the same either way.
+    assert tree_equal({k: few[k] for k in plain}, plain)
+
+
+def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
+    config = SEMI.replace(kl_weight=2.0)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(3))
+    data = synthetic_dataset(8)
+    x = jnp.asarray(data.train_images.reshape(8, -1) / 255.0, jnp.float32)
+    y = jnp.asarray(data.train_labels[:3], jnp.int32)
+    z_key = jax.random.key(7)
+    outputs, _ = few_labels.per_label_terms(model, variables, x[:3], y, x[3:], z_key, False, {}, [])
+    loss, terms = few_labels.semi_supervised_loss(outputs, 2.0, 0.25, 0.5, y)
+
+    # By hand: each unlabelled image with each label on its own, with the noise of its row
+    # (labelled rows first, then image i with label k at 3 + 10 i + k).
+    noise = jax.random.normal(z_key, (3 + 5 * NUM_CLASSES, config.latent_dim))
+
+    def neg_elbo(image, label, row):
+        mean, logvar = model.apply(variables, image[None], jnp.array([label]), method=CVAE.encode)
+        z = mean + jnp.exp(0.5 * logvar) * noise[row]
+        logits = model.apply(variables, z, jnp.array([label]), method=CVAE.decode)
+        return float(reconstruction(logits, image[None], config.likelihood)[0]
+                     + 2.0 * kl_divergence(mean, logvar)[0])
+
+    unlabelled = []
+    for i in range(5):
+        logits = model.apply(variables, x[3 + i][None], method=CVAE.classify)[0]
+        q = np.asarray(jax.nn.softmax(logits), np.float64)
+        per_label = [neg_elbo(x[3 + i], k, 3 + NUM_CLASSES * i + k) for k in range(NUM_CLASSES)]
+        unlabelled.append(np.sum(q * per_label) + np.sum(q * np.log(q)))
+    labelled = [neg_elbo(x[j], int(y[j]), j) for j in range(3)]
+    class_logits = model.apply(variables, x[:3], method=CVAE.classify)
+    cross_entropy = -np.mean(np.asarray(jax.nn.log_softmax(class_logits))[np.arange(3), y])
+    assert float(terms["unlabelled_loss"]) == pytest.approx(np.mean(unlabelled), rel=1e-5)
+    assert float(terms["labelled_loss"]) == pytest.approx(np.mean(labelled), rel=1e-5)
+    assert float(loss) == pytest.approx(
+        0.25 * np.mean(labelled) + 0.75 * np.mean(unlabelled) + 0.5 * cross_entropy, rel=1e-5)
+
+
+def params_after(config, directory, data=None):
+    run = train_and_evaluate(config, data or synthetic_dataset(80), directory)
+    return run.state.params
+
+
+def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
+    """The semi-supervised knobs cannot reach a run with every label: changing them leaves the
+    parameters bit-identical, and the state carries no labelled set."""
+    config = config_lib.test().replace(epochs=2, prior="mixture")
+    reference = params_after(config, tmp_path / "a")
+    changed = config.replace(labels="all", classifier_weight=7.0, labelled_per_batch=3)
+    assert tree_equal(params_after(changed, tmp_path / "b"), reference)
+    assert "classifier" not in reference
+    state = create_train_state(jax.random.key(0), create_model(config), optax.adam(1e-3),
+                               config)
+    assert state.labelled == {}
+
+
+def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_path):
+    data = synthetic_dataset(200)
+    config = SEMI.replace(epochs=3, prior="mixture")
+    whole = train_and_evaluate(config, data, tmp_path / "whole", [Checkpointer()])
+    # 168 training images, 20 labelled: 148 unlabelled, 12 a step -> 12 steps an epoch.
+    assert whole.step == 36
+    saved = load_checkpoint(tmp_path / "whole")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    chosen = few_labels.choose_labelled_set(split, config)
+    assert np.array_equal(saved.state.labelled["indices"], chosen["indices"])
+    assert np.array_equal(saved.state.labelled["labels"], chosen["labels"])
+    assert "validation_classifier_error" in saved.metrics
+
+    train_and_evaluate(config.replace(max_steps=17), data, tmp_path / "parts", [Checkpointer()])
+    resumed = train_and_evaluate(config, data, tmp_path / "parts", [Checkpointer()])
+    assert resumed.start_step == 17 and resumed.step == 36
+    assert tree_equal(resumed.state.params, whole.state.params)
+    assert tree_equal(resumed.state.prior, whole.state.prior)
+
+
+def test_resume_refuses_a_changed_labelled_set(tmp_path):
+    data = synthetic_dataset(200)
+    config = SEMI.replace(epochs=1)
+    train_and_evaluate(config, data, tmp_path, [Checkpointer()])
+    relabelled = dataclasses.replace(data, train_labels=np.roll(data.train_labels, 1))
+    with pytest.raises(ResumeError, match="another labelled set"):
+        train_and_evaluate(config.replace(epochs=2), relabelled, tmp_path, [Checkpointer()])
+
+
+class Untouchable:
+    def __len__(self):
+        raise AssertionError("training touched the test set (len)")
+
+    def __getitem__(self, index):
+        raise AssertionError("training touched the test set (indexing)")
+
+
+def test_semi_supervised_training_never_reads_the_test_set(tmp_path):
+    data = dataclasses.replace(synthetic_dataset(200), test_images=Untouchable(),
+                               test_labels=Untouchable())
+    run = train_and_evaluate(SEMI.replace(prior="mixture"), data, tmp_path,
+                             [NanGuard(), Checkpointer()])
+    assert run.step == 12 and run.stop_reason is None
+
+
+def test_unlabelled_images_labels_are_never_read(tmp_path):
+    """Relabelling unlabelled images changes nothing, bit for bit (the mixture prior's fit reads
+    q(y|x) for them). Their labels only choose the labelled set (class balance needs them), so
+    each moves to a class where it still would not be chosen."""
+    data = synthetic_dataset(200)
+    config = SEMI.replace(epochs=2, prior="mixture")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    chosen = few_labels.choose_labelled_set(split, config)
+    hashes = _hash_keys(config.seed, np.arange(200), _LABELLED_SALT)
+    highest_chosen = [hashes[chosen["indices"][chosen["labels"] == c]].max()
+                      for c in range(NUM_CLASSES)]
+    relabelled = data.train_labels.copy()
+    for row in np.setdiff1d(split.train_indices, chosen["indices"]):
+        relabelled[row] = next((c for c in range(NUM_CLASSES) if c != relabelled[row]
+                                and hashes[row] > highest_chosen[c]), relabelled[row])
+    assert np.mean(relabelled != data.train_labels) > 0.5
+    moved = dataclasses.replace(data, train_labels=relabelled)
+    again = few_labels.choose_labelled_set(
+        split_training_set(moved.train_images, relabelled, config), config)
+    assert np.array_equal(again["indices"], chosen["indices"])
+    a = train_and_evaluate(config, data, tmp_path / "a")
+    b = train_and_evaluate(config, moved, tmp_path / "b")
+    assert tree_equal(a.state.params, b.state.params)
+    assert tree_equal(a.state.prior, b.state.prior)
+
+
+# 256 training images, 100 labelled: 156 unlabelled, 12 a step -> 13 steps an epoch, 78 in all.
+FEW_LABELS = ("--labels", "100", "--labelled-per-batch", "4", "--classifier-weight", "1")
+
+
+def test_sigkill_with_100_labels_then_resume_gives_identical_parameters(data_dir, tmp_path):
+    def finish(directory):
+        result = subprocess.run(train_command(data_dir, directory, *FEW_LABELS),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return load_checkpoint(directory)
+
+    reference = finish(tmp_path / "reference")
+    kills = kill_repeatedly(train_command(data_dir, tmp_path / "killed", *FEW_LABELS),
+                            tmp_path / "killed", seed=21)
+    assert kills >= 3, "the run finished before it could be killed enough times"
+    final = finish(tmp_path / "killed")
+    assert final.step == reference.step == 78
+    assert tree_equal(final.state.params, reference.state.params)
+    assert tree_equal(final.state.opt_state, reference.state.opt_state)
+    assert tree_equal(final.state.labelled, reference.state.labelled)
+    assert len(final.state.labelled["indices"]) == 100
+
+
+def test_shift_moves_each_image_by_at_most_the_bound_and_zero_is_identity():
+    image = np.zeros((28, 28), np.float32)
+    image[10:14, 12:15] = 1.0
+    images = jnp.asarray(np.stack([image.reshape(-1)] * 64))
+    assert np.array_equal(few_labels.shift_images(jax.random.key(0), images, 0), images)
+    moved = np.asarray(few_labels.shift_images(jax.random.key(0), images, 2)).reshape(64, 28, 28)
+    rows, cols = np.nonzero(moved.sum(axis=2))[1], np.nonzero(moved.sum(axis=1))[1]
+    assert rows.min() >= 8 and rows.max() <= 15 and cols.min() >= 10 and cols.max() <= 16
+    assert np.all(moved.sum(axis=(1, 2)) == image.sum())  # nothing lost off the edge
+    assert len({m.tobytes() for m in moved}) > 10
+
+
+def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
+    config = SEMI.replace(classifier_shift=2, consistency_weight=3.0)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(3))
+    x = jnp.asarray(synthetic_dataset(8).train_images.reshape(8, -1) / 255.0, jnp.float32)
+    y = jnp.zeros((3,), jnp.int32)
+    plain, _ = few_labels.per_label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1),
+                                          False, {}, [])
+    assert plain[4] is None
+    shifted, _ = few_labels.per_label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1),
+                                            False, {}, [], shift_key=jax.random.key(2))
+    assert shifted[0].shape == (8, NUM_CLASSES) and shifted[4].shape == (5, NUM_CLASSES)
+    base, terms = few_labels.semi_supervised_loss(shifted, 1.0, 0.1, 0.5, y)
+    with_consistency, _ = few_labels.semi_supervised_loss(shifted, 1.0, 0.1, 0.5, y, 3.0)
+    assert float(terms["consistency"]) > 0
+    # float32 losses of a few hundred nats: their difference is good to about 1e-4
+    assert float(with_consistency - base) == pytest.approx(3.0 * float(terms["consistency"]),
+                                                           abs=5e-4)
+
+
+def test_free_bits_floor_each_dimensions_weighted_mean_kl():
+    """With labelled_share 1 the unlabelled rows weigh nothing, and the floor acts on the
+    labelled rows' mean KL per dimension exactly as `cvae.model.losses.objective` does."""
+    from cvae.model.losses import objective
+
+    rng = np.random.default_rng(0)
+    rec = jnp.asarray(rng.random(4 + NUM_CLASSES) * 100, jnp.float32)  # 4 labelled, 1 not
+    kl_per_dim = jnp.asarray(rng.random((4 + NUM_CLASSES, 3)) * 0.4, jnp.float32)
+    outputs = (jnp.zeros((5, NUM_CLASSES)), rec, kl_per_dim, 4, None)
+    y = jnp.zeros((4,), jnp.int32)
+    loss, _ = few_labels.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y, free_bits=0.3)
+    expected = objective(rec[:4].mean(), kl_per_dim[:4].sum(-1).mean(), kl_per_dim[:4].mean(0),
+                         kl_weight=2.0, free_bits=0.3)
+    assert float(loss) == pytest.approx(float(expected), rel=1e-6)
+    plain, _ = few_labels.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y)
+    assert float(loss) > float(plain)
+
+
+FOUR_DEVICES = r"""
+import json, sys
+import jax
+from cvae import config as config_lib
+from cvae.training.callbacks import Callback
+from cvae.training.loop import train_and_evaluate
+from cvae.data.synthetic import synthetic_dataset
+
+class Losses(Callback):
+    def __init__(self): self.values = []
+    def on_step_end(self, run, metrics): self.values += [float(v) for v in metrics["loss"]]
+
+config = config_lib.test().replace(labels="20", labelled_per_batch=4, validation_size=32,
+                                   epochs=1, prior="mixture")
+out = {}
+for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
+    losses = Losses()
+    run = train_and_evaluate(config, synthetic_dataset(200), sys.argv[1] + "/" + name, [losses],
+                             devices=devices)
+    out[name] = losses.values
+print(json.dumps(out))
+"""
+
+
+def test_four_device_semi_supervised_training_matches_one_device(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-c", FOUR_DEVICES, str(tmp_path)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(out["one"]) == len(out["four"]) == 12
+    for single, parallel in zip(out["one"], out["four"]):
+        assert abs(single - parallel) <= 1e-3 * abs(single), (out["one"], out["four"])

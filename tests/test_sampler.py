@@ -1,0 +1,60 @@
+from io import BytesIO
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from cvae import config as config_lib
+from cvae.sampling.grid import grid_shape
+from cvae.model.networks import create_model, init_variables
+from cvae.sampling.sampler import create_sampler, draw_latents, grid_columns, request_latents
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    config = config_lib.test()
+    model = create_model(config)
+    sampler = create_sampler(model, config, init_variables(model, jax.random.key(0)),
+                             block_rows=8)
+    sampler.check_blocks()  # 8 rows, or one row per call where 8 do not keep a row's bits
+    return sampler
+
+
+def test_latents_depend_only_on_seed_digit_and_temperature():
+    a = draw_latents(1, 7, 5, 4, 1.0)
+    np.testing.assert_array_equal(a, draw_latents(1, 7, 5, 4, 1.0))
+    assert not np.array_equal(a, draw_latents(2, 7, 5, 4, 1.0))
+    assert not np.array_equal(a, draw_latents(1, 6, 5, 4, 1.0))
+    np.testing.assert_allclose(draw_latents(1, 7, 5, 4, 0.5), 0.5 * a, rtol=1e-6)
+
+
+def test_all_digits_request_is_digit_major():
+    z, labels = request_latents(0, tuple(range(10)), 3, 4, 1.0)
+    assert z.shape == (30, 4)
+    assert labels.tolist() == [d for d in range(10) for _ in range(3)]
+
+
+def test_decode_in_blocks_equals_decode_alone(sampler):
+    z, labels = request_latents(5, (3,), 3, 4, 1.0)
+    alone = sampler.decode(z, labels)
+    other_z, other_labels = request_latents(9, (1,), 13, 4, 1.0)
+    together = sampler.decode(np.concatenate([other_z, z]), np.concatenate([other_labels, labels]))
+    np.testing.assert_array_equal(alone, together[13:])
+    assert alone.shape == (3, 28, 28) and alone.min() >= 0 and alone.max() <= 1
+
+
+def test_same_seed_same_png_bytes_and_geometry(sampler):
+    png_a = sampler.sample_png(7, 5, seed=3, scale=2, pad=1)
+    assert png_a == sampler.sample_png(7, 5, seed=3, scale=2, pad=1)
+    assert png_a != sampler.sample_png(7, 5, seed=4, scale=2, pad=1)
+    height, width = grid_shape(5, grid_columns(7, 5, None), scale=2, pad=1)
+    with Image.open(BytesIO(png_a)) as image:
+        assert image.mode == "L" and image.size == (width, height) == (3 * 57 + 1, 2 * 57 + 1)
+
+
+def test_grid_columns_follow_the_design():
+    assert grid_columns(7, 16, None) == 4
+    assert grid_columns(7, 17, None) == 5
+    assert grid_columns(None, 16, None) == 16
+    assert grid_columns(None, 16, 4) == 4
