@@ -1,5 +1,8 @@
 """The page at `/` in headless Chromium: pick a digit, draw, see a grid of the right size; draw
-a digit on the canvas and see it in all ten digits."""
+a digit on the canvas and see it in all ten digits. Also the API pages `/docs` and `/redoc`.
+
+The browser resolves no host name but loopback addresses, as on a machine without internet: a
+page that needs a CDN stays blank here."""
 
 from __future__ import annotations
 
@@ -58,9 +61,11 @@ def headless_chromium():
     profile = tempfile.mkdtemp(prefix="cvae-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for tests
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-quic", "--no-first-run",
-                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"):
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
@@ -196,3 +201,37 @@ def test_a_few_label_model_shows_its_reading_beside_the_transfer(few_label_run):
         wait.until(lambda d: d.find_element(By.ID, "transfer-status").text.startswith("read as"))
         status = driver.find_element(By.ID, "transfer-status").text
         assert status.startswith(f"read as {top},")  # /transfer read it with q(y|x) too
+
+
+def resources_loaded(driver) -> list[str]:
+    return driver.execute_script(
+        "return performance.getEntriesByType('resource').map((entry) => entry.name);")
+
+
+@pytest.mark.parametrize("page, rendered", [
+    # Swagger UI: the title, and the operations listed
+    ("/docs", "return [...document.querySelectorAll('.swagger-ui .info .title, "
+              ".opblock-summary-path')].map((e) => e.textContent).join(' ');"),
+    # ReDoc: its rendered API title and operations
+    ("/redoc", "const content = document.querySelector('.api-content');"
+               "return content ? content.textContent : '';"),
+])
+def test_api_pages_render_offline_and_fetch_nothing_elsewhere(browser, page, rendered):
+    """Each page renders with no host reachable but this one, loads only this service's files,
+    and its Content-Security-Policy refuses the rest (ReDoc's logo from its maker's CDN), so
+    nothing would leave the service on a machine with internet either."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver, url = browser
+    driver.get_log("browser")  # drop what earlier pages logged
+    driver.get(url + page)
+    text = WebDriverWait(driver, 60).until(
+        lambda d: (found := d.execute_script(rendered)) and "/transfer" in found and found)
+    assert "cvae sampling service" in text and "/sample" in text
+    console = [entry["message"] for entry in driver.get_log("browser")
+               if entry["level"] == "SEVERE"]
+    refused = [line for line in console if "Content Security Policy" in line
+               and "has been blocked" in line]
+    elsewhere = [name for name in resources_loaded(driver) if not name.startswith(url + "/")]
+    assert all(any(name in line for line in refused) for name in elsewhere), (elsewhere, console)
+    assert [line for line in console if line not in refused] == []

@@ -8,6 +8,7 @@ import gc
 import io
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -221,13 +222,40 @@ def test_health_ready_metrics_docs_and_page(client, trained_run):
                      "cvae_http_request_duration_seconds_bucket", "cvae_batch_rows_bucket",
                      f"cvae_checkpoint_step {float(max(trained_run.steps))}"):
         assert expected in metrics.text
-    assert client.get("/docs").status_code == 200
     sample = client.get("/openapi.json").json()["paths"]["/sample"]["get"]
     assert f"{MAX_PIXELS // 10**6} MP" in sample["responses"]["422"]["description"]
     assert {"200", "304", "422", "503"} <= set(sample["responses"])
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "<img" in page.text and "http://" not in page.text and "https://" not in page.text
+
+
+# What each kind of file the API pages load must be served as.
+ASSET_TYPES = {".js": ("text/javascript", "application/javascript"), ".css": ("text/css",),
+               ".png": ("image/png",)}
+
+
+@pytest.mark.parametrize("page, marker", [("/docs", "SwaggerUIBundle"),
+                                          ("/redoc", "<redoc spec-url=")])
+def test_api_pages_load_only_this_services_own_files(client, page, marker):
+    """/docs and /redoc work offline: every script, style and icon they reference is a path on
+    this service, and is served with its content type."""
+    html = client.get(page)
+    assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
+    assert marker in html.text and "/openapi.json" in html.text
+    assert "default-src 'self'" in html.headers["content-security-policy"]
+    assert "http://" not in html.text and "https://" not in html.text
+    references = re.findall(r'(?:src|href)="([^"]*)"', html.text)
+    assert len(references) >= 2
+    for url in references:
+        assert url.startswith("/docs/assets/"), url
+        asset = client.get(url)
+        assert asset.status_code == 200, url
+        content_type = asset.headers["content-type"].split(";")[0]
+        assert content_type in ASSET_TYPES[Path(url).suffix], (url, content_type)
+        assert len(asset.content) > 1000, url
+    assert client.get("/docs/assets/..%2Fcore.py").status_code == 404
+    assert client.get("/docs/assets/swagger-ui.js").status_code == 404
 
 
 OPENAPI_SNAPSHOT = Path(__file__).with_name("openapi.json")
