@@ -84,6 +84,33 @@ def test_several_bad_parameters_are_all_named(client):
     assert [part.split(":")[0] for part in message.split("; ")] == ["digit", "n", "scale"]
 
 
+@pytest.mark.parametrize("method, path, query, unknown, takes", [
+    ("GET", "/sample", "digits=7&n=4", ["digits"], "digit, n, cols, seed, temperature, scale"),
+    ("GET", "/sample", "digit=7&Seed=3&colums=2", ["Seed", "colums"], "digit, n, cols"),
+    ("GET", "/interpolate", "walk=digits&step=4", ["step"], "walk, digit, seed, to_seed, steps"),
+    ("POST", "/transfer", "digit=3&samples=1", ["digit"], "label, digits, samples, seed"),
+    ("POST", "/classify", "label=3", ["label"], "prepare"),
+])
+def test_unknown_parameter_is_422_naming_it(client, method, path, query, unknown, takes):
+    """A typo is refused before any work, in the shape of every other 422, instead of being
+    ignored (`/sample?digits=7` used to answer all ten digits)."""
+    response = client.request(method, f"{path}?{query}", content=b"not read",
+                              headers={"Content-Type": "image/png"})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert [item["loc"] for item in body["detail"]] == [["query", name] for name in unknown]
+    assert body["message"].startswith(f"{unknown[0]}: unknown parameter (got ")
+    assert all(f"{name}: unknown parameter" in body["message"] for name in unknown)
+    assert f"({path} takes {takes}" in body["message"]
+
+
+def test_an_unknown_parameter_is_named_beside_a_bad_known_one(client):
+    message = client.get("/sample?digit=12&digits=7").json()["message"]
+    assert message.startswith("digit: must be an integer in 0..9, or omitted for one row per "
+                              "digit (got '12'); digits: unknown parameter (got '7') "
+                              "(/sample takes digit, n,")
+
+
 def test_grid_too_large_for_memory_is_422(client):
     response = client.get("/sample?n=1024&scale=8")  # ten rows of 1024 tiles of 224 px
     assert response.status_code == 422
