@@ -7,9 +7,11 @@ Every table renders with the cells its header promises (docs/hooks.py's check, w
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -64,3 +66,16 @@ def test_a_short_row_is_reported_too():
 @pytest.mark.parametrize("path", PAGES, ids=page_id)
 def test_every_table_row_has_as_many_cells_as_its_header(path):
     assert hooks.table_problems(path.read_text()) == []
+
+
+def test_the_site_wraps_long_code_lines():
+    """A code line wider than its box wraps (docs/stylesheets/extra.css) instead of hiding
+    behind the box's edge: mkdocs.yml loads the stylesheet, and it overrides the theme's rule
+    for `.md-typeset pre > code` with pre-wrap. (Checked on the built site in Chromium: no code
+    block overflows at 1280, 900 or 420 px.)"""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert "stylesheets/extra.css" in config["extra_css"]
+    css = (ROOT / "docs" / "stylesheets" / "extra.css").read_text()
+    rule = re.search(r"\.md-typeset pre > code \{([^}]*)\}", css)
+    assert rule and re.search(r"white-space:\s*pre-wrap", rule.group(1))
+    assert re.search(r"overflow-wrap:\s*anywhere", rule.group(1))  # long URLs break too
