@@ -79,3 +79,53 @@ def test_the_site_wraps_long_code_lines():
     rule = re.search(r"\.md-typeset pre > code \{([^}]*)\}", css)
     assert rule and re.search(r"white-space:\s*pre-wrap", rule.group(1))
     assert re.search(r"overflow-wrap:\s*anywhere", rule.group(1))  # long URLs break too
+
+
+# The pages a user reads. docs/design.md is the team's contract: it marks agreed but unbuilt
+# items "(planned, issue N)" and keeps its own vocabulary, so only the path check covers it.
+USER_PAGES = [path for path in PAGES if path.name != "design.md"]
+# What only the project's own history explains: an issue number, the document the project began
+# from, the people and agents who shared its machine, what an issue asked for.
+HISTORY = re.compile(r"\bissues? #?\d+|\bseed document|\bthe issue\b|"
+                     r"\bother (?:agents|engineers)\b", re.IGNORECASE)
+# Paths of one particular machine, in a command or output a reader would copy.
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|tmp|root)/")
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def code_lines(text: str):
+    """(line number, code) for every line of a fenced block and every inline code span."""
+    fence = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if (opening := FENCE.match(line)):
+            fence = None if fence else opening.group(1)
+        elif fence:
+            yield number, line
+        else:
+            for span in CODE_SPAN.finditer(line):
+                yield number, span.group(2)
+
+
+@pytest.mark.parametrize("path", USER_PAGES, ids=page_id)
+def test_user_pages_speak_to_users_without_the_projects_history(path):
+    found = [f"line {number}: {match.group()!r}"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             for match in HISTORY.finditer(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize("path", PAGES, ids=page_id)
+def test_no_command_or_output_holds_a_path_of_one_machine(path):
+    found = [f"line {number}: {code}" for number, code in code_lines(path.read_text())
+             if MACHINE_PATH.search(code)]
+    assert found == []
+
+
+def test_the_history_and_path_checks_catch_what_they_are_for():
+    assert HISTORY.findall("As issue 20 asked; the issue's targets; the seed document's setup; "
+                           "other engineers' jobs") == [
+        "issue 20", "the issue", "seed document", "other engineers"]
+    assert not HISTORY.search("the `seed` preset, --seed 0, an issue with the page")
+    page = "```sh\ncvae train --data-dir /work/main/data\n```\nRun `cd /tmp/x` or `/home/me`.\n"
+    assert [n for n, code in code_lines(page) if MACHINE_PATH.search(code)] == [2, 4]
