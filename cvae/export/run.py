@@ -30,6 +30,7 @@ from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import DIGITS, request_latents
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step still being written
+COMMITTED = "_CHECKPOINT_METADATA"  # what Orbax writes into every committed step
 SAMPLES = "samples.png"
 ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checked on
 
@@ -69,23 +70,30 @@ def check_out(out: Path, checkpoint_dir: Path, force: bool) -> None:
 
 
 def finished_checkpoint(directory: Path):
-    """The newest step of `directory`, refused when a step is still being written or the
-    newest one does not read (load_checkpoint would quietly fall back to an older one)."""
-    from cvae.training.checkpoints import load_checkpoint
+    """The newest step of `directory`, refused when a step is still being written, or when
+    the newest one is uncommitted or does not read (where `load_checkpoint` would quietly
+    fall back to an older step)."""
+    from cvae.training.checkpoints import READ_ERRORS, load_checkpoint
 
+    steps = []
     if directory.is_dir():
         pending = sorted(p.name for p in directory.iterdir() if TMP_SUFFIX in p.name)
         if pending:
             raise CheckpointError(f"{directory} has a checkpoint still being written "
                                   f"({pending[0]}): let the save finish (or training stop), "
                                   f"then export")
-    checkpoint = load_checkpoint(directory)
-    newest = max(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
-    if checkpoint.step != newest:
-        raise CheckpointError(f"{directory}: the newest step, {newest}, does not read "
-                              f"(unfinished or damaged); the newest readable is "
-                              f"{checkpoint.step}: move step {newest} away to export it")
-    return checkpoint
+        steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
+    if not steps:
+        return load_checkpoint(directory)  # its one-line CheckpointError says what to do
+    newest = max(steps)
+    hint = (f"{directory}: the newest step, {newest}, does not read (unfinished or damaged): "
+            f"move it away to export the step before it")
+    if not (directory / str(newest) / COMMITTED).is_file():
+        raise CheckpointError(hint)
+    try:
+        return load_checkpoint(directory, newest)
+    except READ_ERRORS as error:
+        raise CheckpointError(f"{hint} ({str(error).splitlines()[0]})") from None
 
 
 def write_folder(folder: Path, sampler, checkpoint_dir: Path, name: str, log) -> dict:
