@@ -4,12 +4,16 @@ tests/conftest.py loads).
     folder = exported("mixture")     # the folder `cvae export` wrote; shared: read-only
     run = export_runs("mixture")     # the TrainedRun it came from
 
-Each option is trained once per session (2 epochs of 80 synthetic digits, the test config)
-and exported once, in process: about 15-30 s each on 2 CPU cores.
+Each option is trained (2 epochs of 80 synthetic digits, the test config) and exported once
+per test session, in whichever xdist worker asks first: the others wait on a file lock and
+reuse its folders, so the suite pays for each export once (about 10-25 s each on 2 cores).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -30,18 +34,36 @@ OPTIONS = {
 }
 
 
+def shared_root(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this session sees (this session's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "exports"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def export_runs(tmp_path_factory):
-    """kind -> the TrainedRun of that option (trained on first use)."""
-    from conftest import train_run
+    """kind -> the TrainedRun of that option (trained on first use in the session)."""
+    from conftest import TrainedRun, train_run
 
-    runs = {}
+    root = shared_root(tmp_path_factory)
 
-    def get(kind: str):
-        if kind not in runs:
-            runs[kind] = train_run(tmp_path_factory.mktemp(f"export-run-{kind}"),
-                                   OPTIONS[kind](), synthetic_dataset(80))
-        return runs[kind]
+    def get(kind: str) -> TrainedRun:
+        directory, config = root / f"run-{kind}", OPTIONS[kind]()
+        with locked(root / f"run-{kind}.lock"):
+            if not (directory / "trained").is_file():
+                train_run(directory, config, synthetic_dataset(80))
+                (directory / "trained").write_text("")
+        steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
+        return TrainedRun(directory, config, synthetic_dataset(80), steps)
     return get
 
 
@@ -50,12 +72,13 @@ def exported(tmp_path_factory, export_runs):
     """kind -> the folder `cvae export` wrote for that option (exported on first use)."""
     from cvae.export.run import export_checkpoint
 
-    folders: dict[str, Path] = {}
+    root = shared_root(tmp_path_factory)
 
     def get(kind: str) -> Path:
-        if kind not in folders:
-            folder = tmp_path_factory.mktemp(f"exported-{kind}") / "model"
-            export_checkpoint(export_runs(kind).directory, folder, log=lambda message: None)
-            folders[kind] = folder
-        return folders[kind]
+        folder = root / f"exported-{kind}"
+        run = export_runs(kind)
+        with locked(root / f"exported-{kind}.lock"):
+            if not (folder / "manifest.json").is_file():
+                export_checkpoint(run.directory, folder, log=lambda message: None)
+        return folder
     return get

@@ -67,14 +67,15 @@ def write_onnx(folder: Path, portables: list[Portable]) -> list[str]:
     return names
 
 
-def session(path: str | Path):
-    """An ONNX Runtime CPU session for one exported function."""
+def session(model: str | Path | bytes):
+    """An ONNX Runtime CPU session for one exported function (its file, or its bytes)."""
     import onnxruntime
 
-    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, bytes) else str(model)
+    return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
 
 
-def run_onnx(path: str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_onnx(path: str | Path | bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return session(path).run(None, feeds)
 
 
