@@ -140,7 +140,18 @@ def verify(folder: Path, sampler) -> dict:
             rows[name] = rows.get(name, 0) + count
     onnx = onnx_files.verify_onnx(folder, sampler, noise, labels, digits)
     return {"stablehlo_rows": rows, "stablehlo_block_sizes": sizes, "onnx": onnx,
-            "cpu": platform.machine() + " " + jax.devices()[0].device_kind}
+            "cpu": cpu_name()}
+
+
+def cpu_name() -> str:
+    """The CPU the bits were checked on (its model name where Linux says it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def eval_figures(checkpoint_dir: Path, step: int) -> tuple[dict | None, str]:
@@ -172,5 +183,8 @@ def move_into(staging: Path, out: Path) -> None:
     names = sorted(p.name for p in staging.iterdir())
     for stale in previous - set(names):
         (out / stale).unlink(missing_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
     for name in sorted(names, key=lambda n: n == MANIFEST):
+        os.chmod(staging / name, 0o666 & ~umask)  # safetensors writes 0600: others may read
         os.replace(staging / name, out / name)
