@@ -17,16 +17,31 @@ help: ## list the targets with what each does
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-14s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup data train test test-kernels test-torch serve sample eval quality semi bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data train test test-kernels test-torch serve sample eval quality semi bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps 'jax2onnx==$(JAX2ONNX)'
+	$(MAKE) --no-print-directory web
 	touch $(STAMP)
+
+# jax2onnx without its declared dependencies (pyproject.toml's `export` extra says why), pinned.
+JAX2ONNX := 0.17.1
+
+# The page's "draw in the browser" mode: onnxruntime-web, pinned in service/web/package.json
+# and package-lock.json, installed from npm into service/web/node_modules (served by the
+# service itself, no CDN). Without npm the page falls back to the server and says so.
+web: ## the page's onnxruntime-web files from npm (service/web; skipped without npm)
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix service/web --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "warning: no npm: the page's 'draw in the browser' mode will fall back to the server" >&2; \
+	fi
 
 data: setup ## MNIST as IDX files under data/, offline
 	$(BIN)/cvae data --data-dir $(DATA_DIR)
@@ -132,5 +147,5 @@ $(DOCS_STAMP): $(STAMP)
 docs-pictures: data ## redraw the site's pictures (docs/images/) from a trained checkpoint
 	$(BIN)/python docs/render_pictures.py --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --out-dir docs/images
 
-clean: ## remove .venv, .venv-torch, site/ and build files (not data/ or checkpoints/)
-	rm -rf $(VENV) $(TORCH_VENV) build site *.egg-info
+clean: ## remove .venv, .venv-torch, site/, service/web/node_modules and build files (not data/ or checkpoints/)
+	rm -rf $(VENV) $(TORCH_VENV) build site *.egg-info service/web/node_modules

@@ -21,6 +21,7 @@ from pathlib import Path
 from cvae import config as config_lib
 from cvae import cli_help, limits
 from cvae.errors import USER_ERRORS
+from cvae.export.command import add_export_command, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
@@ -102,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (add_data_command, add_train_command, add_launch_command,
-                        add_sample_command, add_eval_command, add_serve_command):
+                        add_sample_command, add_eval_command, add_serve_command,
+                        add_export_command):
         add_command(commands)
     return parser
 
@@ -149,7 +151,8 @@ def add_launch_command(commands) -> None:
 def add_sample_command(commands) -> None:
     sample = add_command(commands, "sample")
     sample.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="the run to sample from (default checkpoints)")
+                        help="the run to sample from, or a folder of `cvae export` "
+                             "(default checkpoints)")
     sample.add_argument("--digit", type=bounded(int, 0, config_lib.NUM_CLASSES - 1),
                         help="the digit to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
@@ -206,8 +209,8 @@ def add_serve_command(commands) -> None:
 
     serve = add_command(commands, "serve")
     serve.add_argument("--checkpoint-dir", default="checkpoints",
-                       help="the run to serve; newer checkpoints are picked up (default "
-                            "checkpoints)")
+                       help="the run to serve, newer checkpoints picked up, or a folder of "
+                            "`cvae export` (default checkpoints)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
@@ -332,9 +335,11 @@ def ensure_writable(directory: Path) -> None:
 
 def cmd_sample(args) -> int:
     from cvae.sampling.grid import make_grid, save_png
-    from cvae.sampling.sampler import grid_columns, load_sampler
+    from cvae.export.load import open_sampler
+    from cvae.sampling.sampler import grid_columns
 
-    sampler = load_sampler(args.checkpoint_dir)
+    check_exported(args.checkpoint_dir)
+    sampler = open_sampler(args.checkpoint_dir)
     images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale)
@@ -362,6 +367,7 @@ def cmd_serve(args) -> int:
     from service.logs import configure_logging
     from service.server import lazy_app, serve
 
+    check_exported(args.checkpoint_dir)
     configure_logging(args.log_format)
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
                    poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
@@ -379,7 +385,7 @@ def cmd_launch(args) -> int:
 
 
 COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample": cmd_sample,
-            "eval": cmd_eval, "serve": cmd_serve}
+            "eval": cmd_eval, "serve": cmd_serve, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,10 +36,10 @@ from service.checkpoints import CheckpointWatcher
 from service.logs import RequestIdMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.params import validation_error_handler
-from service.routes import api_docs, classify, operations, sampling, transfer
+from service.routes import api_docs, browser, classify, operations, sampling, transfer
 
 ROUTERS = (sampling.router, transfer.router, classify.router, operations.router,
-           api_docs.router)
+           api_docs.router, browser.router)
 
 
 def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,

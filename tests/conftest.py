@@ -29,6 +29,8 @@ from cvae.data.load import Dataset  # noqa: E402
 from cvae.training.loop import train_and_evaluate  # noqa: E402
 from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx  # noqa: E402
 
+pytest_plugins = ["exports"]  # tests/exports.py: tiny exported models (cvae export)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainedRun:
