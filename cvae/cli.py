@@ -1,4 +1,4 @@
-"""The `cvae` console script: data, train, launch, sample, eval, serve.
+"""The `cvae` console script: data, train, launch, sample, eval, serve, export.
 
 Every config field is a `cvae train` flag (underscores become dashes), with the field's doc as
 its help, so `cvae train --help` is the full list of knobs. User mistakes end as one line on
@@ -20,34 +20,14 @@ from pathlib import Path
 
 from cvae import config as config_lib
 from cvae import cli_help, limits
+from cvae.cli_types import bounded
 from cvae.errors import USER_ERRORS
-from cvae.export.command import add_export_command, check_exported, cmd_export
+from cvae.export.command import add_export_flags, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
 # everything else (JAX, Orbax, ...) only from WARNING up.
 OWN_LOGGERS = ("cvae", "service")
-
-
-def bounded(kind: type, low=None, high=None, low_open: bool = False):
-    """argparse type: parse `kind` and check low <= value <= high, naming the range on failure."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}")
-        too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or (high is not None and value > high):
-            left = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(
-                f"{value} is outside {left}{_number(low)}, {_number(high)}]")
-        return value
-    return parse
-
-
-def _number(x) -> str:
-    """2.0 -> "2"; ints and None as they are."""
-    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -102,10 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=cli_help.EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (add_data_command, add_train_command, add_launch_command,
-                        add_sample_command, add_eval_command, add_serve_command,
-                        add_export_command):
-        add_command(commands)
+    for add_command_flags in (add_data_command, add_train_command, add_launch_command,
+                              add_sample_command, add_eval_command, add_serve_command):
+        add_command_flags(commands)
+    add_export_flags(add_command(commands, "export"))
     return parser
 
 

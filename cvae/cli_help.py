@@ -84,4 +84,14 @@ Newer checkpoints in --checkpoint-dir are served as they appear.""",
   cvae serve                                   # http://127.0.0.1:8000/
   cvae serve --host 0.0.0.0 --port 8080 --workers auto --log-format json
   curl -o sevens.png 'http://127.0.0.1:8000/sample?digit=7&n=16&seed=3'"""),
+    "export": (
+        "write a checkpoint as a portable folder: safetensors, model card, StableHLO, ONNX",
+        """\
+Write a trained checkpoint as one self-describing folder: model.safetensors, config.json, a
+model card (README.md), samples.png, sample/encode (and classify) as StableHLO and ONNX, and a
+manifest with each file's sha256. Each artefact is checked against the sampler before the
+folder is written. `cvae serve` and `cvae sample` accept the folder (docs/export.md).""",
+        """\
+  cvae export --out exported                   # the newest step of checkpoints/
+  cvae export --checkpoint-dir checkpoints-semi --out semi-export --force"""),
 }

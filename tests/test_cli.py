@@ -169,14 +169,15 @@ def test_main_help_lists_every_command_and_every_preset():
     assert result.returncode == 0, result.stderr
     listed = re.findall(r"^    (\w+) ", result.stdout, flags=re.M)
     assert listed == list(subcommands()) == ["data", "train", "launch", "sample", "eval",
-                                             "serve"]
+                                             "serve", "export"]
     presets = result.stdout.split("presets", 1)[1]
     for name in PRESETS:
         assert re.search(rf"^  {name} ", presets, flags=re.M), name
     assert "/sample over HTTP" not in result.stdout  # serve serves much more
 
 
-@pytest.mark.parametrize("name", ["data", "train", "launch", "sample", "eval", "serve"])
+@pytest.mark.parametrize("name", ["data", "train", "launch", "sample", "eval", "serve",
+                                  "export"])
 def test_every_command_help_has_a_description_and_an_example(name):
     parser = subcommands()[name]
     text = parser.format_help()

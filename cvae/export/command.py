@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 
-def add_export_command(commands) -> None:
-    export = commands.add_parser(
-        "export", help="write a checkpoint as a portable folder: safetensors, model card, "
-                       "StableHLO, ONNX and a manifest (docs/export.md)")
+def add_export_flags(export) -> None:
+    """The flags of `cvae export`; its parser (description, examples) comes from cvae/cli.py."""
     export.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to export, its newest step (default checkpoints)")
     export.add_argument("--out", required=True, metavar="DIR",
