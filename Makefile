@@ -147,5 +147,5 @@ $(DOCS_STAMP): $(STAMP)
 docs-pictures: data ## redraw the site's pictures (docs/images/) from a trained checkpoint
 	$(BIN)/python docs/render_pictures.py --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --out-dir docs/images
 
-clean: ## remove .venv, .venv-torch, site/, service/web/node_modules and build files (not data/ or checkpoints/)
+clean: ## remove .venv, .venv-torch, site/, service/web/node_modules, build files (not data/)
 	rm -rf $(VENV) $(TORCH_VENV) build site *.egg-info service/web/node_modules

@@ -102,10 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=cli_help.EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (add_data_command, add_train_command, add_launch_command,
-                        add_sample_command, add_eval_command, add_serve_command,
-                        add_export_command):
-        add_command(commands)
+    for add in (add_data_command, add_train_command, add_launch_command, add_sample_command,
+                add_eval_command, add_serve_command, add_export_command):
+        add(commands)
     return parser
 
 
@@ -151,8 +150,7 @@ def add_launch_command(commands) -> None:
 def add_sample_command(commands) -> None:
     sample = add_command(commands, "sample")
     sample.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="the run to sample from, or a folder of `cvae export` "
-                             "(default checkpoints)")
+                        help="the run, or a `cvae export` folder (default checkpoints)")
     sample.add_argument("--digit", type=bounded(int, 0, config_lib.NUM_CLASSES - 1),
                         help="the digit to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
@@ -209,8 +207,7 @@ def add_serve_command(commands) -> None:
 
     serve = add_command(commands, "serve")
     serve.add_argument("--checkpoint-dir", default="checkpoints",
-                       help="the run to serve, newer checkpoints picked up, or a folder of "
-                            "`cvae export` (default checkpoints)")
+                       help="the run, or a `cvae export` folder (default checkpoints)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
@@ -338,8 +335,7 @@ def cmd_sample(args) -> int:
     from cvae.export.load import open_sampler
     from cvae.sampling.sampler import grid_columns
 
-    check_exported(args.checkpoint_dir)
-    sampler = open_sampler(args.checkpoint_dir)
+    sampler = open_sampler(args.checkpoint_dir, check=True)
     images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale)

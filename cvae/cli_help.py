@@ -73,6 +73,18 @@ classifiers' test errors. Prints a table; --json also writes every figure.""",
         """\
   cvae eval --json checkpoints/eval.json
   cvae eval --checkpoint-dir checkpoints-semi --iwae-k 0     # quicker: no -log p(x|y)"""),
+    "export": (
+        "write a checkpoint as a portable folder: safetensors, model card, StableHLO, ONNX",
+        """\
+Write the newest step of --checkpoint-dir as one folder that runs without this package's
+checkpoints: model.safetensors, config.json, a README.md model card (with the figures of
+`cvae eval --json CHECKPOINT_DIR/eval.json` for that step), samples.png, the sampler's
+functions as StableHLO (jax.export) and ONNX, and manifest.json with each file's sha256. Every
+file is checked against the JAX sampler first. `cvae sample` and `cvae serve` take the folder
+as --checkpoint-dir. See docs/export.md.""",
+        """\
+  cvae export --out exported/cvae-mnist
+  cvae export --checkpoint-dir checkpoints-semi --out exported/semi --force"""),
     "serve": (
         "serve the model over HTTP: a page, PNG grids, style transfer, metrics",
         """\

@@ -169,7 +169,7 @@ def test_main_help_lists_every_command_and_every_preset():
     assert result.returncode == 0, result.stderr
     listed = re.findall(r"^    (\w+) ", result.stdout, flags=re.M)
     assert listed == list(subcommands()) == ["data", "train", "launch", "sample", "eval",
-                                             "serve"]
+                                             "serve", "export"]
     presets = result.stdout.split("presets", 1)[1]
     for name in PRESETS:
         assert re.search(rf"^  {name} ", presets, flags=re.M), name

@@ -4,14 +4,18 @@ for every command)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 
 def add_export_command(commands) -> None:
-    export = commands.add_parser(
-        "export", help="write a checkpoint as a portable folder: safetensors, model card, "
-                       "StableHLO, ONNX and a manifest (docs/export.md)")
+    from cvae import cli_help  # plain text, no imports
+
+    summary, description, examples = cli_help.COMMANDS["export"]
+    export = commands.add_parser("export", help=summary, description=description,
+                                 epilog="examples:\n" + examples,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     export.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to export, its newest step (default checkpoints)")
     export.add_argument("--out", required=True, metavar="DIR",

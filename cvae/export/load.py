@@ -61,9 +61,13 @@ def exported_step(folder: str | Path) -> int:
     return int(read_manifest(folder)["step"])
 
 
-def open_sampler(path: str | Path, step: int | None = None, block_rows: int | None = None):
+def open_sampler(path: str | Path, step: int | None = None, block_rows: int | None = None,
+                 check: bool = False):
     """A sampler for a checkpoint directory (its newest or given step) or an exported folder
-    (its one step: another `step` is a CheckpointError)."""
+    (its one step: another `step` is a CheckpointError). `check`: every file of an exported
+    folder against its manifest first, not only the two it reads."""
+    if check and is_export(path):
+        verify_folder(path)
     if not is_export(path):
         from cvae.sampling.sampler import load_sampler
 
