@@ -264,7 +264,8 @@ def cmd_train(args) -> int:
     callbacks = default_callbacks(config, progress=not args.no_progress,
                                   writer=processes.is_writer)
     try:
-        run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
+        run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
+                                 fresh=args.fresh,
                                  init_from=args.init_from)
     except Exception as error:
         if processes.count == 1:

@@ -69,7 +69,7 @@ class CheckpointWriter(threading.Thread):
 
         try:
             train_and_evaluate(self.config.replace(epochs=100_000), self.data, self.directory,
-                               [Checkpointer(keep=self.keep), Pace()])
+                               callbacks=[Checkpointer(keep=self.keep), Pace()])
         except BaseException as error:  # reported by the caller
             self.error = error
 

@@ -111,7 +111,7 @@ def test_standard_prior_generates_exactly_what_decode_does():
 def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path, codes):
     config = config_lib.test().replace(epochs=2, prior="mixture", prior_components=2,
                                        prior_codes=codes)
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     mixture = load_checkpoint(tmp_path).state.prior[prior.VARIABLE]
     assert mixture["means"].shape == (10, 2, config.latent_dim)
     assert np.any(np.asarray(mixture["means"]) != 0)  # fitted, not the initial N(0, I)

@@ -97,7 +97,7 @@ def test_training_never_reads_the_test_set(tmp_path):
     data = dataclasses.replace(synthetic_dataset(80), test_images=Untouchable(),
                                test_labels=Untouchable())
     config = config_lib.test().replace(epochs=2)
-    run = train_and_evaluate(config, data, tmp_path, [NanGuard(), Checkpointer()])
+    run = train_and_evaluate(config, data, tmp_path, callbacks=[NanGuard(), Checkpointer()])
     assert run.step == 8 and run.stop_reason is None
     # What ranked the checkpoint is the validation evaluation, and only that.
     metrics = load_checkpoint(tmp_path).metrics
@@ -114,7 +114,7 @@ def test_nan_guard_watches_the_validation_figures(tmp_path):
 
     config = config_lib.test().replace(epochs=3)
     run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
-                             [PoisonValidation(), NanGuard(), Checkpointer()])
+                             callbacks=[PoisonValidation(), NanGuard(), Checkpointer()])
     assert run.exit_code == 3 and "non-finite validation loss" in run.stop_reason
     # Epoch 1's checkpoint (step 4) is kept; nothing of epoch 2 was saved.
     assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4]

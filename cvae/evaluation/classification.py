@@ -54,10 +54,10 @@ def classification_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray
                            num_samples: int, seed: int) -> dict:
     """Both classifiers' test errors for a checkpoint with a classifier (else {})."""
     config = checkpoint.config
-    if config.labelled_count is None:
-        return {}
     model = create_model(config)
-    variables = checkpoint.state.eval_variables()
+    if not model.has_classifier:
+        return {}
+    variables = checkpoint.variables
     sampler = create_sampler(model, config, variables, checkpoint.step, block_rows=500)
     result = {"labels": config.labelled_count, "q_y_given_x": classifier_error(
         sampler, images_u8, labels)}

@@ -136,11 +136,16 @@ class CVAE(nn.Module):
 
     config: Config
 
+    @property
+    def has_classifier(self) -> bool:
+        """Whether the model learns q(y|x): trained with few labels (`--labels N`), not all."""
+        return self.config.labelled_count is not None
+
     def setup(self):
         self.encoder = Encoder(self.config)
         self.decoder = Decoder(self.config)
         cfg = self.config
-        if cfg.labelled_count is not None:  # only with few labels: `--labels all` has none
+        if self.has_classifier:
             self.classifier = Classifier(cfg)
         # Declared only where it exists (init, or variables that carry it): the train step
         # applies the model without it.
@@ -201,6 +206,6 @@ def init_variables(model: CVAE, key: jax.Array) -> dict:
     images = jnp.zeros((1, IMAGE_PIXELS), jnp.float32)
     labels = jnp.zeros((1,), jnp.int32)
     rngs = {"params": params_key, "dropout": dropout_key}
-    if model.config.labelled_count is None:
+    if not model.has_classifier:
         return model.init(rngs, images, labels, z_key)
     return model.init(rngs, images, labels, z_key, method=CVAE.init_semi_supervised)

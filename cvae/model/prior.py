@@ -62,7 +62,8 @@ def log_density(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Array:
     return jax.nn.logsumexp(jnp.log(prior["weights"][labels]) + log_normal, axis=-1)
 
 
-def create_fit_fn(encode_fn, components: int, codes: str = "samples", batch_size: int = 1000):
+def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
+                  batch_size: int = 1000):
     """`fit_fn(variables, images_u8 u8[N, 784], table, mask, key) -> prior` for a model whose
     `encode_fn(variables, images f32[B, 784], labels) -> (mean, logvar)`.
 

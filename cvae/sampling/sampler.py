@@ -79,10 +79,10 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
     return encode
 
 
-def create_classify_fn(model: CVAE, config: Config) -> Callable | None:
+def create_classify_fn(model: CVAE) -> Callable | None:
     """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> q(y|x) f32[B, 10]`, the
     classifier of a model trained with `--labels N`; None for a model without one."""
-    if config.labelled_count is None:
+    if not model.has_classifier:
         return None
 
     @jax.jit
@@ -331,13 +331,11 @@ def load_sampler(checkpoint_dir, step: int | None = None,
     Its block sizes are verified on this machine (`Sampler.check_blocks`), which also compiles
     them: what `cvae sample`, the service and the tests use.
     """
-    # checkpoint -> model; imported here to keep this import light
-    from cvae.training.checkpoints import load_checkpoint
+    from cvae.model.store import load_trained_model  # Orbax: imported here, when first needed
 
-    checkpoint = load_checkpoint(checkpoint_dir, step)
-    model = create_model(checkpoint.config)
-    sampler = create_sampler(model, checkpoint.config, checkpoint.state.eval_variables(),
-                             checkpoint.step, block_rows)
+    trained = load_trained_model(checkpoint_dir, step)
+    sampler = create_sampler(create_model(trained.config), trained.config, trained.variables,
+                             trained.step, block_rows)
     sampler.check_blocks()
     return sampler
 
@@ -350,4 +348,4 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
                    encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
-                   prior_fn=prior_fn, classify_fn=create_classify_fn(model, config))
+                   prior_fn=prior_fn, classify_fn=create_classify_fn(model))

@@ -285,14 +285,14 @@ class TensorBoard(Callback):
 
 class LossCurve(Callback):
     """At the end of training, plots loss and KL per epoch from `metrics.jsonl` into
-    `loss_curve.png` (`cvae.evaluation.plots`): train, and each evaluated split."""
+    `loss_curve.png` (`cvae.training.loss_curve`): train, and each evaluated split."""
 
     def on_fit_end(self, run):
         path = Path(run.checkpoint_dir) / "metrics.jsonl"
         if not path.exists():
             return
         # imported here: matplotlib loads in ~0.3 s
-        from cvae.evaluation.plots import save_loss_curve
+        from cvae.training.loss_curve import save_loss_curve
 
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         save_loss_curve(records, Path(run.checkpoint_dir) / "loss_curve.png")
