@@ -1,11 +1,16 @@
-"""The size limits of docs/design.md: no module over 400 lines and no function over 80 in cvae/
-and service/, so every piece can be read in one sitting."""
+"""The layout of docs/design.md: no module over 400 lines and no function over 80 in cvae/ and
+service/, so every piece can be read in one sitting; and the stages imported in one direction
+only, with no cycle (tests/import_graph.py reads the imports)."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
+import import_graph
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,3 +27,47 @@ def test_module_and_its_functions_are_within_the_size_limits(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES}
     assert long == {}
+
+
+# ---- the import graph: the stages in order, and no cycle ------------------------------------
+
+
+def test_no_package_imports_one_above_it():
+    """data < model < sampling < training < evaluation (config, errors and limits below them
+    all; service above them; the CLI above everything), function-local imports included."""
+    level = {module: import_graph.LEVELS[import_graph.package_of(module)]
+             for module in import_graph.module_paths()}
+    upward = sorted(f"{module} -> {target}"
+                    for module, targets in import_graph.module_graph().items()
+                    for target in targets if level[target] > level[module])
+    assert upward == []
+
+
+def test_packages_import_each_other_without_a_cycle():
+    graph = import_graph.package_graph()
+    assert set(graph) == set(import_graph.LEVELS)
+    graphlib.TopologicalSorter(graph).static_order()  # raises CycleError naming the cycle
+
+
+def test_every_stage_is_a_package_with_a_light_init():
+    """`__init__.py` files hold a docstring and import nothing, so importing one stage's module
+    loads only what that module needs."""
+    for package in ("cvae", *(f"cvae/{stage}" for stage in import_graph.STAGES)):
+        tree = ast.parse((ROOT / package / "__init__.py").read_text())
+        assert [type(node) for node in tree.body] == [ast.Expr], package
+
+
+def test_cli_help_loads_no_jax():
+    """`cvae --help` and every command's `--help` answer at once: nothing heavy is imported."""
+    code = """
+import contextlib, io, sys
+from cvae.cli import build_parser
+for command in ([], ["data"], ["train"], ["launch"], ["sample"], ["eval"], ["serve"]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        build_parser().parse_args([*command, "--help"])
+heavy = ("jax", "jaxlib", "flax", "optax", "orbax", "numpy", "fastapi", "matplotlib")
+print(sorted(name for name in sys.modules if name.split(".")[0] in heavy))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=120)
+    assert result.stdout.strip() == "[]"
