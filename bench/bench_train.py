@@ -39,8 +39,9 @@ from cvae.model.losses import vae_loss
 from cvae.model.networks import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.data.synthetic import synthetic_dataset
+from cvae.model.binarization import maybe_binarize
 from cvae.training.step import (create_train_chunk, create_train_state, create_train_step,
-                                epoch_permutation, maybe_binarize)
+                                epoch_permutation)
 from cvae.training.supervision import FullLabels
 
 

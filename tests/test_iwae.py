@@ -23,7 +23,7 @@ def tiny():
     variables = init_variables(model, jax.random.key(1))
     labels = np.arange(32, dtype=np.int32) % 10
     images_u8 = synthetic_images(labels).reshape(-1, 784)
-    x = iwae.binarize(jax.random.key(2), jnp.asarray(images_u8))
+    x = iwae.binarize_levels(jax.random.key(2), jnp.asarray(images_u8))
     return model, variables, x, jnp.asarray(labels), images_u8, labels
 
 

@@ -127,7 +127,7 @@ def test_iwae_bound_uses_the_models_prior():
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     labels = np.arange(8, dtype=np.int32)
-    x = iwae.binarize(jax.random.key(1), jnp.asarray(synthetic_images(labels).reshape(-1, 784)))
+    x = iwae.binarize_levels(jax.random.key(1), synthetic_images(labels).reshape(-1, 784))
     key, y = jax.random.key(2), jnp.asarray(labels)
     mixed = iwae.create_iwae_fn(model, "bernoulli", 4)(variables, x, y, key)
     standard = iwae.create_iwae_fn(create_model(config.replace(prior="standard")),

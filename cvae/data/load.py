@@ -18,11 +18,11 @@ from cvae.config import CHOICES, NUM_CLASSES
 from cvae.errors import DataError
 from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
+from cvae.data.pixels import IMAGE_SHAPE
 
 # Dataset name (the config's `dataset` choices) -> its folder under the data dir, as torchvision
 # names it.
 FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "kmnist": "KMNIST"}
-IMAGE_SHAPE = (28, 28)
 
 _ERROR_HINT = "run `cvae data` (or `make train`)"
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from cvae.evaluation import iwae
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_PIXELS
 from cvae.model.networks import create_model
 from cvae.sampling.sampler import create_sampler
 
@@ -38,10 +39,10 @@ def generative_error(model, variables, images_u8: np.ndarray, labels: np.ndarray
     binarize_key, sample_key = jax.random.split(key)
     predicted = []
     for i, start in enumerate(range(0, len(images_u8), batch_size)):
-        rows = images_u8[start:start + batch_size].reshape(-1, 784)
+        rows = images_u8[start:start + batch_size].reshape(-1, IMAGE_PIXELS)
         pad = batch_size - len(rows)
-        x = iwae.binarize(jax.random.fold_in(binarize_key, i), jnp.asarray(np.pad(
-            rows, ((0, pad), (0, 0)))))
+        x = iwae.binarize_levels(jax.random.fold_in(binarize_key, i),
+                                 np.pad(rows, ((0, pad), (0, 0))))
         batch_key = jax.random.fold_in(sample_key, i)
         scores = np.stack([np.asarray(bound(variables, x, jnp.full((batch_size,), y, jnp.int32),
                                             batch_key)) for y in range(NUM_CLASSES)], axis=1)

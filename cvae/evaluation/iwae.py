@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_PIXELS, to_unit
+from cvae.model.binarization import binarize
 from cvae.model.losses import reconstruction
 from cvae.model.networks import CVAE
 
@@ -81,11 +83,10 @@ def create_iwae_fn(model: CVAE, likelihood: str, num_samples: int, chunk: int = 
     return iwae
 
 
-@jax.jit
-def binarize(key: jax.Array, images_u8: jax.Array) -> jax.Array:
-    """Dynamic binarisation of uint8 pixels: x ~ Bernoulli(pixel / 255), float32[B, 784]."""
-    probs = images_u8.reshape(images_u8.shape[0], -1).astype(jnp.float32) / 255.0
-    return jax.random.bernoulli(key, probs).astype(jnp.float32)
+def binarize_levels(key: jax.Array, images_u8) -> jax.Array:
+    """uint8 pixels [B, 28, 28] or [B, 784] -> a binarised draw, float32[B, 784]
+    (`cvae.model.binarization`)."""
+    return binarize(key, to_unit(jnp.asarray(images_u8).reshape(len(images_u8), -1)))
 
 
 def test_set_bounds(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray,
@@ -107,8 +108,8 @@ def test_set_bounds(model: CVAE, variables: dict, images_u8: np.ndarray, labels:
     for i, start in enumerate(range(0, n, batch_size)):
         rows = slice(start, min(start + batch_size, n))
         pad = batch_size - (rows.stop - rows.start)
-        x = binarize(jax.random.fold_in(binarize_key, i),
-                     jnp.asarray(np.pad(images_u8[rows].reshape(-1, 784), ((0, pad), (0, 0)))))
+        x = binarize_levels(jax.random.fold_in(binarize_key, i),
+                            np.pad(images_u8[rows].reshape(-1, IMAGE_PIXELS), ((0, pad), (0, 0))))
         y = jnp.asarray(np.pad(labels[rows], (0, pad)), jnp.int32)
         batch_key = jax.random.fold_in(sample_key, i)
         cond = np.asarray(cond_fn(variables, x, y, batch_key))[:batch_size - pad]

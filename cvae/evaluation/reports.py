@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, save_png
 from cvae.model.networks import CVAE, pixel_means
 from cvae.sampling.sampler import create_sampler
@@ -47,11 +48,11 @@ def report_shapes() -> dict[str, tuple[int, int]]:
 
 def _decode_soft(model: CVAE, variables: dict, z: jax.Array, onehot: jax.Array) -> np.ndarray:
     logits = model.apply(variables, z, onehot, False, method=lambda m, *a: m.decoder(*a))
-    return np.asarray(pixel_means(logits)).reshape(-1, 28, 28)
+    return np.asarray(pixel_means(logits)).reshape(-1, *IMAGE_SHAPE)
 
 
 def _posterior_means(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray):
-    x = jnp.asarray(images_u8.reshape(len(images_u8), -1), jnp.float32) / 255.0
+    x = to_unit(jnp.asarray(images_u8.reshape(len(images_u8), -1)))
     mean, _ = model.apply(variables, x, jnp.asarray(labels, jnp.int32), method=CVAE.encode)
     return mean
 
@@ -72,7 +73,7 @@ def reconstructions(model, variables, images_u8, labels, rng) -> np.ndarray:
     picks = _one_per_digit(labels, RECON_COLS * RECON_ROW_PAIRS, rng)
     mean = _posterior_means(model, variables, images_u8[picks], labels[picks])
     outputs = _decode_soft(model, variables, mean, jax.nn.one_hot(labels[picks], NUM_CLASSES))
-    inputs = images_u8[picks].reshape(-1, 28, 28).astype(np.float32) / 255.0
+    inputs = to_unit(images_u8[picks].reshape(-1, *IMAGE_SHAPE))
     rows = []
     for pair in range(RECON_ROW_PAIRS):
         cols = slice(pair * RECON_COLS, (pair + 1) * RECON_COLS)
@@ -85,9 +86,10 @@ def label_swap(model, variables, images_u8, labels, rng) -> np.ndarray:
     mean = np.asarray(_posterior_means(model, variables, images_u8[picks], labels[picks]))
     z = np.repeat(mean, NUM_CLASSES, axis=0)
     onehot = np.tile(np.eye(NUM_CLASSES, dtype=np.float32), (SWAP_ROWS, 1))
-    decoded = _decode_soft(model, variables, z, onehot).reshape(SWAP_ROWS, NUM_CLASSES, 28, 28)
-    inputs = images_u8[picks].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
-    return np.concatenate([inputs, decoded], axis=1).reshape(-1, 28, 28)
+    decoded = _decode_soft(model, variables, z, onehot).reshape(SWAP_ROWS, NUM_CLASSES,
+                                                                *IMAGE_SHAPE)
+    inputs = to_unit(images_u8[picks].reshape(-1, 1, *IMAGE_SHAPE))
+    return np.concatenate([inputs, decoded], axis=1).reshape(-1, *IMAGE_SHAPE)
 
 
 def interpolation(model, variables, images_u8, labels, rng) -> np.ndarray:
@@ -100,10 +102,10 @@ def interpolation(model, variables, images_u8, labels, rng) -> np.ndarray:
     eye = np.eye(NUM_CLASSES, dtype=np.float32)
     onehot = (1 - alphas) * eye[labels[starts]][:, None] + alphas * eye[labels[ends]][:, None]
     decoded = _decode_soft(model, variables, z.reshape(-1, z.shape[-1]),
-                           onehot.reshape(-1, NUM_CLASSES)).reshape(INTERP_ROWS, -1, 28, 28)
-    first = images_u8[starts].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
-    last = images_u8[ends].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
-    return np.concatenate([first, decoded, last], axis=1).reshape(-1, 28, 28)
+                           onehot.reshape(-1, NUM_CLASSES)).reshape(INTERP_ROWS, -1, *IMAGE_SHAPE)
+    first = to_unit(images_u8[starts].reshape(-1, 1, *IMAGE_SHAPE))
+    last = to_unit(images_u8[ends].reshape(-1, 1, *IMAGE_SHAPE))
+    return np.concatenate([first, decoded, last], axis=1).reshape(-1, *IMAGE_SHAPE)
 
 
 def temperature_sweep(sampler, seed: int) -> np.ndarray:

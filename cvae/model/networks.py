@@ -17,9 +17,7 @@ import jax.numpy as jnp
 
 from cvae.model import prior as prior_lib
 from cvae.config import NUM_CLASSES, Config
-from cvae.data.load import IMAGE_SHAPE
-
-IMAGE_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE
 
 ACTIVATION_FNS: dict[str, Callable] = {
     "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
@@ -62,7 +60,7 @@ def image_features(images: jax.Array, architecture: str, act: Callable) -> jax.A
     `__call__`, so its layers are that module's own (Conv_0, Conv_1)."""
     if architecture != "conv":
         return images
-    h = images.reshape(-1, 28, 28, 1)
+    h = images.reshape(-1, *IMAGE_SHAPE, 1)
     h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
     h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
     return h.reshape(h.shape[0], -1)

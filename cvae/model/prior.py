@@ -26,6 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cvae.data.pixels import to_unit
+from cvae.model.binarization import binarize
+
 COLLECTION, VARIABLE = "prior", "mixture"  # variables["prior"]["mixture"] holds the mixture
 _COMPONENT_SCALE = 1000.0  # frac(1000 * noise[0]) picks the component
 _COVARIANCE_FLOOR = 1e-4  # added to each covariance's diagonal: no component collapses
@@ -86,9 +89,8 @@ def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
         labels = jnp.pad(labels, (0, padding))
 
         def codes_of(start):
-            rows = jax.lax.dynamic_slice_in_dim(images_u8, start, size).astype(jnp.float32)
-            x = jax.random.bernoulli(jax.random.fold_in(binarize_key, start),
-                                     rows / 255.0).astype(jnp.float32)
+            rows = to_unit(jax.lax.dynamic_slice_in_dim(images_u8, start, size))
+            x = binarize(jax.random.fold_in(binarize_key, start), rows)
             mean, logvar = encode_fn(variables, x,
                                      jax.lax.dynamic_slice_in_dim(labels, start, size))
             if codes == "means":

@@ -21,10 +21,11 @@ import numpy as np
 from cvae.model import prior as prior_lib
 from cvae.sampling.blocks import DECODE_BLOCKS, block_check, plan_blocks
 from cvae.config import NUM_CLASSES, Config
+from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.losses import kl_divergence, reconstruction
-from cvae.model.networks import CVAE, IMAGE_PIXELS, create_model, pixel_means
+from cvae.model.networks import CVAE, create_model, pixel_means
 from cvae.model.transport import ClassTransport, class_transport
 
 DIGITS = tuple(range(NUM_CLASSES))
@@ -41,7 +42,7 @@ def create_decode_fn(model: CVAE, config: Config, codes: bool = False) -> Callab
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        return pixel_means(logits).reshape(-1, 28, 28)
+        return pixel_means(logits).reshape(-1, *IMAGE_SHAPE)
 
     return decode
 
@@ -255,13 +256,13 @@ class Sampler:
 
     def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
         out = self._in_blocks(decode_fn, z, labels)
-        return out[0] if out else np.zeros((0, 28, 28), np.float32)
+        return out[0] if out else np.zeros((0, *IMAGE_SHAPE), np.float32)
 
     def encode(self, images: np.ndarray, labels: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """uint8[B, 28, 28], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
         the same blocks as `decode`, so a row's values do not depend on its neighbours."""
-        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
         out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
         if out is None:
             latent = np.zeros((0, self.latent_dim), np.float32)
@@ -275,7 +276,7 @@ class Sampler:
         if self.classify_fn is None:
             raise ValueError("this checkpoint has no classifier q(y|x): it was trained with "
                              "every label (train with --labels N for one)")
-        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
         out = self._in_blocks(self.classify_fn, x)
         return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)
 

@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from cvae.config import NUM_CLASSES, Config
+from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.errors import ResumeError
 from cvae.model.losses import kl_per_dimension, reconstruction
 from cvae.model.networks import CVAE
@@ -43,7 +44,7 @@ def shift_images(key: jax.Array, images: jax.Array, max_shift: int) -> jax.Array
     shifts = jax.random.randint(key, (images.shape[0], 2), -max_shift, max_shift + 1)
 
     def one(image, shift):
-        return jnp.roll(image.reshape(28, 28), shift, axis=(0, 1)).reshape(-1)
+        return jnp.roll(image.reshape(IMAGE_SHAPE), shift, axis=(0, 1)).reshape(-1)
 
     return jax.vmap(one)(images, shifts)
 
@@ -155,7 +156,7 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
             unlabelled_rows = jax.lax.dynamic_slice_in_dim(unlabelled_order, batch_index * n_u,
                                                            n_u)
             rows = jnp.concatenate([labelled_rows, unlabelled_rows])
-            batch = {"image": images[rows].astype(jnp.float32) / 255.0,
+            batch = {"image": to_unit(images[rows]),
                      "label": labels[labelled_rows].astype(jnp.int32)}
             return train_step(state, batch, key)
 
@@ -176,7 +177,7 @@ def create_read_labels_fn(model: CVAE, batch_size: int = 1000) -> Callable:
         padded = jnp.pad(images_u8, ((0, -n % size), (0, 0)))
 
         def one(start):
-            rows = jax.lax.dynamic_slice_in_dim(padded, start, size).astype(jnp.float32) / 255.0
+            rows = to_unit(jax.lax.dynamic_slice_in_dim(padded, start, size))
             return jnp.argmax(model.apply(variables, rows, method=CVAE.classify), axis=-1)
 
         return jax.lax.map(one, jnp.arange(0, padded.shape[0], size)).reshape(-1)[:n]

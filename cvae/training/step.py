@@ -20,6 +20,8 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from cvae.config import Config
+from cvae.data.pixels import IMAGE_PIXELS, to_unit
+from cvae.model.binarization import maybe_binarize
 from cvae.model.networks import CVAE, init_variables
 from cvae.training.optimizer import create_kl_weight_schedule
 from cvae.training.devices import check_divisible, gather_rows, replicate, shard_batch
@@ -159,21 +161,14 @@ def ema_update(ema, params, decay: float):
     return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
 
 
-def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
-    """Dynamic binarisation (Bernoulli likelihood): x ~ Bernoulli(intensity), fresh each use."""
-    if config.likelihood == "bernoulli" and config.binarization == "dynamic":
-        return jax.random.bernoulli(key, images).astype(images.dtype)
-    return images
-
-
 def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
     """uint8[N, 28, 28], int[N] -> on the device as uint8[N, 784], int32[N]."""
-    return jnp.asarray(images.reshape(-1, 28 * 28)), jnp.asarray(labels, jnp.int32)
+    return jnp.asarray(images.reshape(-1, IMAGE_PIXELS)), jnp.asarray(labels, jnp.int32)
 
 
 def to_batch(images_u8: jax.Array, labels: jax.Array) -> Batch:
     """uint8[B, 784] pixels -> the float batch the model reads."""
-    return {"image": images_u8.astype(jnp.float32) / 255.0, "label": labels.astype(jnp.int32)}
+    return {"image": to_unit(images_u8), "label": labels.astype(jnp.int32)}
 
 
 def epoch_permutation(key: jax.Array, epoch: int, num_examples: int) -> jax.Array:

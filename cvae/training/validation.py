@@ -17,10 +17,11 @@ import numpy as np
 
 from cvae.config import Config
 from cvae.data.splits import TrainValidation
+from cvae.model.binarization import maybe_binarize
 from cvae.model.losses import kl_divergence, kl_per_dimension, objective, reconstruction
 from cvae.model.networks import CVAE
 from cvae.training.devices import replicate
-from cvae.training.step import device_arrays, eval_key, maybe_binarize, to_batch
+from cvae.training.step import device_arrays, eval_key, to_batch
 
 ACTIVE_UNIT_NATS = 0.01  # a latent dimension is active when its mean KL exceeds this
 
