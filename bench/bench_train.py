@@ -126,7 +126,7 @@ def seed_loop_runner(config, data: Dataset, batch_size: int,
 
         def loss_fn(params):
             logits, mean, logvar = model.apply({"params": params}, x, labels, z_key)
-            return vae_loss(logits, x, mean, logvar, likelihood=config.likelihood,
+            return vae_loss(logits, x, mean=mean, logvar=logvar, likelihood=config.likelihood,
                             kl_weight=config.kl_weight)[0]
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)

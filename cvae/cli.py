@@ -28,7 +28,7 @@ EXIT_USER_ERROR = 2
 OWN_LOGGERS = ("cvae", "service")
 
 
-def bounded(kind: type, low=None, high=None, low_open: bool = False):
+def bounded(kind: type, low=None, high=None, *, low_open: bool = False):
     """argparse type: parse `kind` and check low <= value <= high, naming the range on failure."""
     def parse(text: str):
         try:
@@ -258,7 +258,7 @@ def cmd_train(args) -> int:
     from cvae.training.loop import train_and_evaluate
 
     processes = process_group.initialize(args.coordinator_address, args.num_processes,
-                                         args.process_id, args.heartbeat_timeout)
+                                         args.process_id, heartbeat_timeout=args.heartbeat_timeout)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
@@ -326,7 +326,7 @@ def cmd_sample(args) -> int:
     from cvae.sampling.sampler import grid_columns, load_sampler
 
     sampler = load_sampler(args.checkpoint_dir)
-    images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
+    images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale)
     path = save_png(grid, args.out)

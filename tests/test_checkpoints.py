@@ -27,7 +27,7 @@ def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
     state = make_state(config)
     state = state.replace(params=jax.tree.map(lambda p: p + 0.5, state.params), step=state.step + 7)
     manager = create_manager(tmp_path)
-    save_checkpoint(manager, state, config, {"loss": 1.5})
+    save_checkpoint(manager, state, config, metrics={"loss": 1.5})
     manager.close()
     checkpoint = load_checkpoint(tmp_path)
     assert checkpoint.step == 7 and checkpoint.config == config
@@ -68,7 +68,7 @@ def test_keeps_latest_three_and_the_best_by_validation_loss(tmp_path):
         # A "test_loss" that ranks the other way round must not matter: selection reads
         # validation figures only.
         save_checkpoint(manager, state.replace(step=step), config,
-                        {"validation_loss": loss, "test_loss": -loss, "loss": -loss})
+                        metrics={"validation_loss": loss, "test_loss": -loss, "loss": -loss})
     assert manager.all_steps() == [2, 4, 5, 6]
     assert manager.best_step() == 2 and manager.latest_step() == 6
     manager.close()
@@ -78,7 +78,7 @@ def test_restore_into_a_concrete_template(tmp_path):
     config = config_lib.test()
     state = make_state(config)
     manager = create_manager(tmp_path)
-    save_checkpoint(manager, state, config, None)
+    save_checkpoint(manager, state, config, metrics=None)
     restored, metrics = restore_state(manager, 0, state)
     assert tree_equal(jax.device_get(state.params), jax.device_get(restored.params))
     assert metrics == {}

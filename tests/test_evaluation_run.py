@@ -42,7 +42,7 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     for name, (cols, rows) in reports.report_shapes().items():
         path = out.parent / name
         assert path.is_file()
-        height, width = grid_shape(cols * rows, cols, reports.SCALE, reports.PAD)
+        height, width = grid_shape(cols * rows, cols, scale=reports.SCALE, pad=reports.PAD)
         with Image.open(path) as image:
             assert image.size == (width, height)
 
@@ -55,7 +55,7 @@ def test_eval_of_gaussian_likelihood_skips_iwae_with_a_note(trained_run, tmp_pat
     checkpoint = dataclasses.replace(checkpoint,
                                      config=checkpoint.config.replace(likelihood="gaussian"))
     results = evaluate_checkpoint(checkpoint, synthetic_dataset(64, 32),
-                                  EvalOptions(fidelity=False), None)
+                                  EvalOptions(fidelity=False), classifier_dir=None)
     assert results["iwae"] is None and "bernoulli" in results["iwae_note"]
 
 

@@ -55,17 +55,19 @@ def test_labelled_choice_depends_on_file_index_not_on_position():
     the lowest hashes of its file indices)."""
     labels = np.repeat(np.arange(NUM_CLASSES), 6)
     rows = np.arange(60) * 3 + 7
-    full = rows[labelled_indices(labels, rows, 20, NUM_CLASSES, seed=5)]
+    full = rows[labelled_indices(labels, rows, count=20, num_classes=NUM_CLASSES, seed=5)]
     keep = np.ones(60, bool)
     keep[::7] = False  # drop some rows that were not chosen ...
     keep[np.searchsorted(rows, full)] = True  # ... but none that were
-    part = rows[keep][labelled_indices(labels[keep], rows[keep], 20, NUM_CLASSES, seed=5)]
+    part = rows[keep][labelled_indices(labels[keep], rows[keep], count=20, num_classes=NUM_CLASSES,
+                                       seed=5)]
     assert np.array_equal(full, part)
 
 
 def test_too_many_labels_for_a_class_names_the_field():
     with pytest.raises(ConfigError, match="labels=70: class"):
-        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), 70, NUM_CLASSES, 0)
+        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), count=70,
+                         num_classes=NUM_CLASSES, seed=0)
 
 
 @pytest.mark.parametrize("changes, field", [

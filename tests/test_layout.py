@@ -71,3 +71,48 @@ print(sorted(name for name in sys.modules if name.split(".")[0] in heavy))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, timeout=120)
     assert result.stdout.strip() == "[]"
+
+
+# ---- calls that read: keywords past the third value, and for every flag -----------------------
+
+
+def positional_parameters(function: ast.FunctionDef) -> list[ast.arg]:
+    return [arg for arg in function.args.posonlyargs + function.args.args
+            if arg.arg not in ("self", "cls")]
+
+
+def is_flag(arg: ast.arg, default: ast.expr | None) -> bool:
+    return (isinstance(arg.annotation, ast.Name) and arg.annotation.id == "bool") or (
+        isinstance(default, ast.Constant) and isinstance(default.value, bool))
+
+
+def unreadable_signatures(tree: ast.Module) -> list[str]:
+    """Module-level functions and methods taking more than three values positionally, or a
+    flag positionally. Left out: functions defined inside others (jitted device programs and
+    scan bodies, whose positional signature is the compiled program's) and jitted ones."""
+    found = []
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body)
+            if not isinstance(node, ast.FunctionDef) or any(
+                    "jit" in ast.unparse(decorator) for decorator in node.decorator_list):
+                continue
+            params = positional_parameters(node)
+            all_args = node.args.posonlyargs + node.args.args
+            defaults = dict(zip(reversed([a.arg for a in all_args]), reversed(node.args.defaults)))
+            flags = [a.arg for a in params if is_flag(a, defaults.get(a.arg))]
+            if len(params) > 3 or (flags and len(params) > 1):
+                found.append(f"{node.name}({', '.join(a.arg for a in params)})")
+
+    visit(tree.body)
+    return found
+
+
+CVAE_SOURCES = [path for path in SOURCES if path.relative_to(ROOT).parts[0] == "cvae"]
+
+
+@pytest.mark.parametrize("path", CVAE_SOURCES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_functions_take_flags_and_values_past_the_third_by_keyword(path):
+    assert unreadable_signatures(ast.parse(path.read_text())) == []

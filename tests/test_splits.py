@@ -22,7 +22,7 @@ from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx
 
 def test_mnist_validation_is_the_source_validation_set_at_the_end():
     # The IDX training file is the source's 50,000 training images, then its 10,000 validation.
-    np.testing.assert_array_equal(validation_indices(60000, 10000, "mnist", seed=7),
+    np.testing.assert_array_equal(validation_indices(60000, 10000, dataset="mnist", seed=7),
                                   np.arange(50000, 60000))
 
 
@@ -43,9 +43,9 @@ def test_split_is_disjoint_complete_and_stable(dataset):
 
 
 def test_seeded_split_depends_on_the_seed_only_and_is_pinned():
-    a = validation_indices(1000, 10, "fashion_mnist", seed=0)
-    assert np.array_equal(a, validation_indices(1000, 10, "kmnist", seed=0))
-    assert not np.array_equal(a, validation_indices(1000, 10, "fashion_mnist", seed=1))
+    a = validation_indices(1000, 10, dataset="fashion_mnist", seed=0)
+    assert np.array_equal(a, validation_indices(1000, 10, dataset="kmnist", seed=0))
+    assert not np.array_equal(a, validation_indices(1000, 10, dataset="fashion_mnist", seed=1))
     # A fixed hash (splitmix64), not a library RNG: the split cannot change with a version.
     assert a.tolist() == PINNED_SEED_0
 

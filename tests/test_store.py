@@ -42,7 +42,7 @@ def saved_state(directory: Path, config, optimizer: optax.GradientTransformation
                           ema_params=None if state.ema_params is None
                           else jax.tree.map(lambda p: p - 0.5, params))
     manager = create_manager(directory)
-    save_checkpoint(manager, state, config, {"validation_loss": 2.0})
+    save_checkpoint(manager, state, config, metrics={"validation_loss": 2.0})
     manager.close()
     return state
 

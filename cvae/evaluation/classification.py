@@ -31,11 +31,11 @@ def classifier_error(sampler, images_u8: np.ndarray, labels: np.ndarray) -> dict
                                 for d in range(NUM_CLASSES)]}
 
 
-def generative_error(model, variables, images_u8: np.ndarray, labels: np.ndarray,
+def generative_error(model, variables, *, images_u8: np.ndarray, labels: np.ndarray,
                      key: jax.Array, num_samples: int, batch_size: int = 100,
                      likelihood: str = "bernoulli") -> dict:
     """argmax_y log p(x|y) (IWAE, K = num_samples for every label) against the true labels."""
-    bound = iwae.create_iwae_fn(model, likelihood, num_samples, min(num_samples, 100))
+    bound = iwae.create_iwae_fn(model, likelihood, num_samples, chunk=min(num_samples, 100))
     binarize_key, sample_key = jax.random.split(key)
     predicted = []
     for i, start in enumerate(range(0, len(images_u8), batch_size)):
@@ -52,19 +52,20 @@ def generative_error(model, variables, images_u8: np.ndarray, labels: np.ndarray
 
 
 def classification_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
-                           num_samples: int, seed: int) -> dict:
+                           *, num_samples: int, seed: int) -> dict:
     """Both classifiers' test errors for a checkpoint with a classifier (else {})."""
     config = checkpoint.config
     model = create_model(config)
     if not model.has_classifier:
         return {}
     variables = checkpoint.variables
-    sampler = create_sampler(model, config, variables, checkpoint.step, block_rows=500)
+    sampler = create_sampler(model, config, variables, step=checkpoint.step, block_rows=500)
     result = {"labels": config.labelled_count, "q_y_given_x": classifier_error(
         sampler, images_u8, labels)}
     if config.likelihood == "bernoulli" and num_samples > 0:
-        result["generative"] = generative_error(model, variables, images_u8, labels,
-                                                jax.random.key(seed), num_samples)
+        result["generative"] = generative_error(model, variables, images_u8=images_u8,
+                                                labels=labels,
+                                                key=jax.random.key(seed), num_samples=num_samples)
     return {"classification": result}
 
 

@@ -188,7 +188,7 @@ def _per_digit_means(values: np.ndarray, labels: np.ndarray) -> list[float]:
 
 
 def score_images(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarray,
-                 reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
+                 *, reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
     """Accuracy w.r.t. `labels` and Fréchet distance to the reference features, overall and per
     digit, and k-NN precision, recall and coverage against the reference features:
     {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10], "precision",
@@ -214,8 +214,9 @@ def reference_scores(classifier: TrainedClassifier, test_images: np.ndarray,
     a perfect model would reach at that sample size)."""
     test_labels = np.asarray(test_labels)
     _, features = classifier.logits_and_features(test_images[1::2])
-    half = score_images(classifier, test_images[0::2], test_labels[0::2], features,
-                        test_labels[1::2])
+    half = score_images(classifier, test_images[0::2], test_labels[0::2],
+                        reference_features=features,
+                        reference_labels=test_labels[1::2])
     correct = classifier.logits_and_features(test_images)[0].argmax(axis=1) == test_labels
     return {**half, "accuracy": float(correct.mean()),
             "accuracy_per_digit": _per_digit_means(correct, test_labels),

@@ -83,7 +83,8 @@ def measure(images: np.ndarray) -> dict[str, np.ndarray]:
     return {"slant": slant(images), "stroke_width": stroke_width(images)}
 
 
-def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
+def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
+           seed: int = 0) -> dict:
     """Every figure of the module docstring for the test digits `images_u8` (uint8[N, 28, 28]).
 
     The swaps are made as `POST /transfer` makes them (`sampler.swap`: carried to the target

@@ -85,7 +85,7 @@ def elbo_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray) -> dict[
 
 
 def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
-                 options: EvalOptions) -> dict:
+                 *, options: EvalOptions) -> dict:
     config = checkpoint.config
     if config.likelihood != "bernoulli" or options.iwae_k == 0:
         why = ("IWAE NLL is defined for the bernoulli likelihood only"
@@ -93,9 +93,9 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
         return {"iwae": None, "iwae_note": why}
     start = time.perf_counter()
     bounds = iwae.test_set_bounds(
-        create_model(config), checkpoint.variables, images_u8, labels,
-        jax.random.key(options.seed), options.iwae_k, options.iwae_k_marginal,
-        chunk=options.iwae_chunk)
+        create_model(config), checkpoint.variables, images_u8=images_u8, labels=labels,
+        key=jax.random.key(options.seed), num_samples=options.iwae_k,
+        marginal_samples=options.iwae_k_marginal, chunk=options.iwae_chunk)
     result = {"k": options.iwae_k, "k_marginal_other_labels": options.iwae_k_marginal,
               "examples": int(len(labels)), "binarization": f"dynamic, seed {options.seed}",
               "nll_conditional": float(-bounds["log_px_given_y"].mean())}
@@ -110,19 +110,20 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
-def sample_scores(checkpoint, classifier, reference_features, reference_labels,
+def sample_scores(checkpoint, classifier, *, reference_features, reference_labels,
                   options: EvalOptions) -> dict:
     """The checkpoint's samples (`samples_per_digit` per label, `options.seed`) scored."""
     sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
-                             checkpoint.variables, checkpoint.step, block_rows=500)
+                             checkpoint.variables, step=checkpoint.step, block_rows=500)
     samples = sampler.sample_images(None, options.samples_per_digit, options.seed)
     sample_labels = np.repeat(np.arange(NUM_CLASSES), options.samples_per_digit)
-    scores = fidelity.score_images(classifier, samples, sample_labels, reference_features,
-                                   reference_labels)
+    scores = fidelity.score_images(classifier, samples, sample_labels,
+                                   reference_features=reference_features,
+                                   reference_labels=reference_labels)
     return {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0}
 
 
-def fidelity_metrics(checkpoint, images_u8, labels, options: EvalOptions, classifier,
+def fidelity_metrics(checkpoint, images_u8, labels, *, options: EvalOptions, classifier,
                      baseline=None) -> dict:
     # Samples and the reference half are compared with the same (odd-indexed) half of the test
     # set, at about the same size, so the Fréchet distances share their small-sample bias.
@@ -147,7 +148,7 @@ def fidelity_metrics(checkpoint, images_u8, labels, options: EvalOptions, classi
 
 
 def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
-                        classifier_dir: str | None, baseline=None) -> dict:
+                        *, classifier_dir: str | None, baseline=None) -> dict:
     """Every figure for `checkpoint`; `baseline` (another checkpoint) gets its samples scored
     beside ours."""
     limit = options.test_limit or len(data.test_labels)
@@ -156,18 +157,19 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     results = {"step": checkpoint.step, "likelihood": config.likelihood,
                "latent_dim": config.latent_dim, "test_examples": int(limit),
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
-    results.update(iwae_metrics(checkpoint, images_u8, labels, options))
+    results.update(iwae_metrics(checkpoint, images_u8, labels, options=options))
     results.update(classification.classification_metrics(
-        checkpoint, images_u8, labels, options.iwae_k_marginal, options.seed))
+        checkpoint, images_u8, labels, num_samples=options.iwae_k_marginal, seed=options.seed))
     if options.fidelity:
         classifier = fidelity.load_or_train_classifier(
             data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
-        results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options,
-                                               classifier, baseline)
+        results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options=options,
+                                               classifier=classifier, baseline=baseline)
         sampler = create_sampler(create_model(config), config, checkpoint.variables,
-                                 checkpoint.step, block_rows=500)
-        results["label_swap"] = label_swap.scores(sampler, classifier, images_u8, labels,
-                                                  options.seed)
+                                 step=checkpoint.step, block_rows=500)
+        results["label_swap"] = label_swap.scores(sampler, classifier, images_u8=images_u8,
+                                                  labels=labels,
+                                                  seed=options.seed)
     return results
 
 
@@ -234,7 +236,7 @@ def _finite(value):
     return value
 
 
-def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions,
+def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions, *,
              json_path: str | Path | None = None, baseline_dir: str | Path | None = None) -> dict:
     """`cvae eval`: score the newest checkpoint in `checkpoint_dir`, print the table, write the
     JSON (and the report PNGs beside it, or in `options.report_dir`). Returns the results."""
@@ -245,13 +247,15 @@ def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOpti
     data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
     classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
     baseline = load_trained_model(baseline_dir) if baseline_dir else None
-    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir, baseline)
+    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir=classifier_dir,
+                                  baseline=baseline)
     report_dir = options.report_dir or (str(Path(json_path).parent) if json_path else None)
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)
         results["reports"] = reports.write_reports(
             create_model(checkpoint.config), checkpoint.variables,
-            data.test_images[:limit], data.test_labels[:limit], report_dir, options.seed)
+            images_u8=data.test_images[:limit], labels=data.test_labels[:limit],
+            out_dir=report_dir, seed=options.seed)
     print(summary_table(results))
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

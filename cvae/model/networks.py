@@ -44,7 +44,7 @@ class _Block(nn.Module):
     batch_norm: bool
 
     @nn.compact
-    def __call__(self, h: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, h: jax.Array, *, train: bool) -> jax.Array:
         h = nn.Dense(self.width)(h)
         if self.batch_norm:
             h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
@@ -70,14 +70,14 @@ class Encoder(nn.Module):
     config: Config
 
     @nn.compact
-    def __call__(self, images: jax.Array, onehot: jax.Array, train: bool):
+    def __call__(self, images: jax.Array, onehot: jax.Array, *, train: bool):
         """images: float32[B, 784] in [0, 1]; onehot: float32[B, 10] -> mean, logvar [B, L]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
         h = image_features(images, cfg.architecture, act)
         h = jnp.concatenate([h, onehot], axis=-1)
         for width in cfg.hidden_sizes:
-            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train=train)
         mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.latent_dim)(h), 2, axis=-1)
         return mean, soft_clamp(raw_logvar, cfg.logvar_bound)
 
@@ -86,7 +86,7 @@ class Decoder(nn.Module):
     config: Config
 
     @nn.compact
-    def __call__(self, z: jax.Array, onehot: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, z: jax.Array, onehot: jax.Array, *, train: bool) -> jax.Array:
         """z: float32[B, L]; onehot: float32[B, 10] -> pixel logits float32[B, 784]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
@@ -95,7 +95,7 @@ class Decoder(nn.Module):
         for width in widths[1:]:
             if cfg.label_conditioning == "every":  # the label reaches every layer, not just one
                 h = jnp.concatenate([h, onehot], axis=-1)
-            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train=train)
         if cfg.label_conditioning == "every":
             h = jnp.concatenate([h, onehot], axis=-1)
         if cfg.architecture == "conv":
@@ -113,13 +113,13 @@ class Classifier(nn.Module):
     config: Config
 
     @nn.compact
-    def __call__(self, images: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
         """images: float32[B, 784] in [0, 1] -> logits float32[B, 10]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
         h = image_features(images, cfg.architecture, act)
         for width in cfg.hidden_sizes:
-            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train=train)
         return nn.Dense(NUM_CLASSES)(h)
 
 
@@ -152,15 +152,15 @@ class CVAE(nn.Module):
             self.mixture = self.variable(*where, prior_lib.standard_mixture, NUM_CLASSES,
                                          cfg.prior_components, cfg.latent_dim)
 
-    def encode(self, images: jax.Array, labels: jax.Array, train: bool = False):
-        return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train)
+    def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
+        return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train=train)
 
-    def decode(self, z: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
-        return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train)
+    def decode(self, z: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
+        return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train=train)
 
-    def classify(self, images: jax.Array, train: bool = False) -> jax.Array:
+    def classify(self, images: jax.Array, *, train: bool = False) -> jax.Array:
         """Logits of q(y | x), float32[B, 10]; only for a model trained with `--labels N`."""
-        return self.classifier(images, train)
+        return self.classifier(images, train=train)
 
     def init_semi_supervised(self, images, labels, z_key):
         """Touch every part (the VAE and q(y|x)) so `init` creates all their parameters."""
@@ -178,12 +178,12 @@ class CVAE(nn.Module):
             return -0.5 * jnp.sum(jnp.square(z) + prior_lib.LOG_2PI, axis=-1)
         return prior_lib.log_density(self.mixture.value, z, labels)
 
-    def __call__(self, images: jax.Array, labels: jax.Array, z_key: jax.Array,
+    def __call__(self, images: jax.Array, labels: jax.Array, z_key: jax.Array, *,
                  train: bool = False):
         """-> (pixel logits [B, 784], mean [B, L], logvar [B, L])."""
-        mean, logvar = self.encode(images, labels, train)
+        mean, logvar = self.encode(images, labels, train=train)
         z = reparameterize(z_key, mean, logvar)
-        return self.decode(z, labels, train), mean, logvar
+        return self.decode(z, labels, train=train), mean, logvar
 
 
 def create_model(config: Config) -> CVAE:

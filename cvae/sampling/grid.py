@@ -23,7 +23,7 @@ from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, IMAGE_SIDE, MAX_LEVEL
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, MAX_PAD, MAX_SCALE
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+def _check_int(name: str, value: object, low: int, *, high: int | None = None) -> int:
     """Returns `value` as an int, or raises ValueError naming `name` and the allowed range."""
     allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -34,13 +34,13 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
     return value
 
 
-def grid_shape(n: int, cols: int, scale: int = DEFAULT_SCALE,
+def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE,
                pad: int = DEFAULT_PAD) -> tuple[int, int]:
     """Returns (height, width) in px of the grid that `make_grid` builds for `n` images."""
     n = _check_int("n", n, 1)
     cols = _check_int("cols", cols, 1)
-    scale = _check_int("scale", scale, 1, MAX_SCALE)
-    pad = _check_int("pad", pad, 0, MAX_PAD)
+    scale = _check_int("scale", scale, 1, high=MAX_SCALE)
+    pad = _check_int("pad", pad, 0, high=MAX_PAD)
     rows = math.ceil(n / cols)
     step = IMAGE_SIDE * scale + pad
     return rows * step + pad, cols * step + pad
@@ -70,7 +70,7 @@ def _to_uint8(images: np.ndarray) -> np.ndarray:
 
 
 def make_grid(
-    images: np.ndarray, cols: int, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
+    images: np.ndarray, cols: int, *, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
     pad_value: int = 0
 ) -> np.ndarray:
     """Tiles images row-major into one grayscale grid.
@@ -88,8 +88,8 @@ def make_grid(
     """
     tiles = _to_uint8(images)
     n = tiles.shape[0]
-    height, width = grid_shape(n, cols, scale, pad)
-    pad_value = _check_int("pad_value", pad_value, 0, MAX_LEVEL)
+    height, width = grid_shape(n, cols, scale=scale, pad=pad)
+    pad_value = _check_int("pad_value", pad_value, 0, high=MAX_LEVEL)
     if scale > 1:
         tiles = tiles.repeat(scale, axis=1).repeat(scale, axis=2)
     size = IMAGE_SIDE * scale

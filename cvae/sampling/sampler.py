@@ -31,7 +31,7 @@ from cvae.model.transport import ClassTransport, class_transport
 DIGITS = tuple(range(NUM_CLASSES))
 
 
-def create_decode_fn(model: CVAE, config: Config, codes: bool = False) -> Callable:
+def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Callable:
     """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
 
     z is the sampling noise, N(0, t^2 I); the model's prior maps it to its latent (the identity
@@ -93,17 +93,19 @@ def create_classify_fn(model: CVAE) -> Callable | None:
     return classify
 
 
-def draw_latents(seed: int, digit: int, n: int, latent_dim: int, temperature: float) -> np.ndarray:
+def draw_latents(seed: int, digit: int, n: int, *, latent_dim: int,
+                 temperature: float) -> np.ndarray:
     """z ~ N(0, temperature^2 I): float32[n, latent_dim], a function of its arguments only."""
     key = jax.random.fold_in(jax.random.key(seed), digit)
     z = jax.random.normal(key, (n, latent_dim), jnp.float32) * jnp.float32(temperature)
     return np.asarray(z)
 
 
-def request_latents(seed: int, digits: tuple[int, ...], n: int, latent_dim: int,
+def request_latents(seed: int, digits: tuple[int, ...], n: int, *, latent_dim: int,
                     temperature: float) -> tuple[np.ndarray, np.ndarray]:
     """Latents and labels for n samples of each digit, digit-major: (f32[D*n, L], i32[D*n])."""
-    z = np.concatenate([draw_latents(seed, d, n, latent_dim, temperature) for d in digits])
+    z = np.concatenate([draw_latents(seed, d, n, latent_dim=latent_dim,
+                                     temperature=temperature) for d in digits])
     labels = np.repeat(np.asarray(digits, np.int32), n)
     return z, labels
 
@@ -303,15 +305,16 @@ class Sampler:
         self.check_blocks()
 
     def sample_images(self, digit: int | None, n: int, seed: int,
-                      temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
+                      *, temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
         digits = DIGITS if digit is None else (digit,)
-        z, labels = request_latents(seed, digits, n, self.config.latent_dim, temperature)
+        z, labels = request_latents(seed, digits, n, latent_dim=self.config.latent_dim,
+                                    temperature=temperature)
         return self.decode(z, labels)
 
     def sample_png(self, digit: int | None, n: int, seed: int,
-                   temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
+                   *, temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
                    scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD) -> bytes:
-        images = self.sample_images(digit, n, seed, temperature)
+        images = self.sample_images(digit, n, seed, temperature=temperature)
         return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
 
 
@@ -336,12 +339,12 @@ def load_sampler(checkpoint_dir, step: int | None = None,
 
     trained = load_trained_model(checkpoint_dir, step)
     sampler = create_sampler(create_model(trained.config), trained.config, trained.variables,
-                             trained.step, block_rows)
+                             step=trained.step, block_rows=block_rows)
     sampler.check_blocks()
     return sampler
 
 
-def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
+def create_sampler(model: CVAE, config: Config, variables: dict, *, step: int = 0,
                    block_rows: int | None = None) -> Sampler:
     """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`)."""
     blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)

@@ -87,7 +87,7 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[
     return results
 
 
-def transfer_tiles(images: np.ndarray, request: TransferRequest, show_input: bool) -> np.ndarray:
+def transfer_tiles(images: np.ndarray, request: TransferRequest, *, show_input: bool) -> np.ndarray:
     """Decoded rows f32[rows, 28, 28] -> the grid's tiles: each draw's row of digits, led by
     the prepared input when `show_input` (so a default-width row is [input, d0, d1, ...])."""
     if not show_input:

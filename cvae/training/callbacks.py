@@ -210,7 +210,7 @@ class Checkpointer(Callback):
 
     def save(self, run, metrics):
         try:
-            self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics)
+            self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics=metrics)
         except Exception as error:  # Orbax/TensorStore wrap OS errors in their own types
             if "No space left" not in str(error) and getattr(error, "errno", None) != ENOSPC:
                 raise
@@ -298,7 +298,7 @@ class LossCurve(Callback):
         save_loss_curve(records, Path(run.checkpoint_dir) / "loss_curve.png")
 
 
-def default_callbacks(config, progress: bool = True, writer: bool = True) -> list[Callback]:
+def default_callbacks(config, *, progress: bool = True, writer: bool = True) -> list[Callback]:
     """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step.
 
     With `writer=False` (every process but 0 of a multi-process run) only the callbacks that

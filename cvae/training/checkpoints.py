@@ -55,7 +55,7 @@ def create_manager(directory: str | Path, *, keep: int = 3) -> ocp.CheckpointMan
 
 
 def save_checkpoint(manager: ocp.CheckpointManager, state, config: Config,
-                    metrics: dict[str, Any] | None, *, force: bool = True) -> int:
+                    *, metrics: dict[str, Any] | None, force: bool = True) -> int:
     """Write one step; `metrics` (validation figures) rank it for "best" retention."""
     step = int(jax.device_get(state.step))
     manager.save(step, args=store.save_args(state, config, metrics), metrics=metrics or None,

@@ -191,8 +191,8 @@ def choose_labelled_set(split, config: Config) -> dict[str, np.ndarray]:
     (`cvae.data.splits.labelled_indices`).
     """
     file_rows = split.train_indices
-    positions = labelled_indices(split.train_labels, file_rows, config.labelled_count,
-                                 NUM_CLASSES, config.seed)
+    positions = labelled_indices(split.train_labels, file_rows, count=config.labelled_count,
+                                 num_classes=NUM_CLASSES, seed=config.seed)
     return {"positions": positions.astype(np.int32),
             "indices": np.asarray(file_rows[positions], np.int32),
             "labels": np.asarray(split.train_labels[positions], np.int32)}

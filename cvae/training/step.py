@@ -196,7 +196,7 @@ def create_train_chunk(train_step: Callable, batch_size: int,
         if mesh is None:
             idx = jax.lax.dynamic_slice_in_dim(order, start, batch_size)
             return images[idx], labels[idx]
-        return gather_rows(mesh, (images, labels), order, start, batch_size)
+        return gather_rows(mesh, (images, labels), order, start=start, batch_size=batch_size)
 
     @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
     def train_chunk(state, images, labels, order, first, key, num_steps: int):

@@ -91,7 +91,8 @@ class FullLabels:
         (logits, mean, logvar), updates = model.apply(
             variables, images, labels, keys.z, train=True, rngs={"dropout": keys.dropout},
             mutable=mutable)
-        loss, terms = vae_loss(logits, images, mean, logvar, likelihood=self.config.likelihood,
+        loss, terms = vae_loss(logits, images, mean=mean, logvar=logvar,
+                               likelihood=self.config.likelihood,
                                kl_weight=kl_weight, free_bits=self.config.free_bits)
         return loss, (terms, updates)
 
