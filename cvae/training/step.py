@@ -82,19 +82,21 @@ def create_train_state(model: CVAE, optimizer: optax.GradientTransformation, con
         batch_stats=variables.get("batch_stats", {}), prior=variables.get("prior", {}),
         # Copies, not aliases: the state is donated to the step, its buffers must be its own.
         ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
-        labelled=empty_labelled_set(config),
+        labelled=empty_labelled_set(model),
         key=jnp.copy(jax.random.key_data(key)))
     # A concrete int32 step (not Python's weakly typed 0), so the first call of the jitted step
     # and every later one share a single compiled program.
     return state.replace(step=jnp.zeros((), jnp.int32))
 
 
-def empty_labelled_set(config: Config) -> dict:
-    """The labelled set's place in the state (zeros until the run's supervision fills it in,
-    `cvae.training.supervision`): its shape is part of the checkpoint's structure."""
-    if config.labelled_count is None:
+def empty_labelled_set(model: CVAE) -> dict:
+    """The labelled set's place in the state of a model with a classifier (zeros until the
+    run's supervision fills it in, `cvae.training.supervision`): its shape is part of the
+    checkpoint's structure. Empty for a model trained with every label."""
+    if not model.has_classifier:
         return {}
-    return {name: jnp.zeros((config.labelled_count,), jnp.int32) for name in ("indices", "labels")}
+    return {name: jnp.zeros((model.config.labelled_count,), jnp.int32)
+            for name in ("indices", "labels")}
 
 
 def create_train_step(model: CVAE, optimizer: optax.GradientTransformation, config: Config, *,
