@@ -251,13 +251,14 @@ def cmd_train(args) -> int:
     from cvae.training.loop import train_and_evaluate
 
     processes = process_group.initialize(args.coordinator_address, args.num_processes,
-                                         args.process_id, args.heartbeat_timeout)
+                                         args.process_id, heartbeat_timeout=args.heartbeat_timeout)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
                                   writer=processes.is_writer)
     try:
-        run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
+        run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
+                                 fresh=args.fresh,
                                  init_from=args.init_from)
     except Exception as error:
         if processes.count == 1:
@@ -320,7 +321,7 @@ def cmd_sample(args) -> int:
 
     check_exported(args.checkpoint_dir)
     sampler = open_sampler(args.checkpoint_dir)
-    images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
+    images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale)
     path = save_png(grid, args.out)

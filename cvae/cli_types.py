@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 
-def bounded(kind: type, low=None, high=None, low_open: bool = False):
+def bounded(kind: type, low=None, high=None, *, low_open: bool = False):
     """argparse type: parse `kind` and check low <= value <= high, naming the range on failure."""
     def parse(text: str):
         try:

@@ -85,7 +85,7 @@ def few_label_run(tmp_path_factory) -> TrainedRun:
 
 
 def train_run(directory: Path, config: Config, data: Dataset) -> TrainedRun:
-    train_and_evaluate(config, data, directory, [Checkpointer()])
+    train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
     steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
     return TrainedRun(directory, config, data, steps)
 

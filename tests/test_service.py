@@ -133,7 +133,7 @@ def test_png_geometry_follows_make_grid_layout(client, query, images, cols, scal
     response = client.get(f"/sample?seed=1&{query}")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "image/png"
-    height, width = grid_shape(images, cols, scale, pad)
+    height, width = grid_shape(images, cols, scale=scale, pad=pad)
     rows = -(-images // cols)
     assert (width, height) == (cols * (28 * scale + pad) + pad, rows * (28 * scale + pad) + pad)
     assert png_size(response.content) == ((width, height), "L")

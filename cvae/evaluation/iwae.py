@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_PIXELS, to_unit
+from cvae.model.binarization import binarize
 from cvae.model.losses import reconstruction
 from cvae.model.networks import CVAE
 
@@ -38,7 +40,7 @@ def sample_noise(key: jax.Array, index: jax.Array, shape: tuple[int, ...]) -> ja
     return jax.random.normal(jax.random.fold_in(key, index), shape, jnp.float32)
 
 
-def log_weights(model: CVAE, variables: dict, images: jax.Array, labels: jax.Array,
+def log_weights(model: CVAE, variables: dict, *, images: jax.Array, labels: jax.Array,
                 key: jax.Array, indices: jax.Array, likelihood: str) -> jax.Array:
     """log w_k = log p(x|z_k,y) + log p(z_k) - log q(z_k|x,y): float32[len(indices), B].
 
@@ -56,7 +58,7 @@ def log_weights(model: CVAE, variables: dict, images: jax.Array, labels: jax.Arr
     return jax.vmap(one)(indices)
 
 
-def create_iwae_fn(model: CVAE, likelihood: str, num_samples: int, chunk: int = 100) -> Callable:
+def create_iwae_fn(model: CVAE, likelihood: str, num_samples: int, *, chunk: int = 100) -> Callable:
     """Jitted `iwae(variables, images f32[B, 784], labels i32[B], key) -> log p(x|y) bound [B]`.
 
     The K = num_samples samples are evaluated `chunk` at a time (K is padded up to a multiple of
@@ -71,8 +73,9 @@ def create_iwae_fn(model: CVAE, likelihood: str, num_samples: int, chunk: int = 
     @jax.jit
     def iwae(variables, images, labels, key):
         def body(chunk_indices):
-            weights = log_weights(model, variables, images, labels, key, chunk_indices,
-                                  likelihood)
+            weights = log_weights(model, variables, images=images, labels=labels, key=key,
+                                  indices=chunk_indices,
+                                  likelihood=likelihood)
             return jnp.where((chunk_indices < num_samples)[:, None], weights, -jnp.inf)
 
         weights = jax.lax.map(body, indices).reshape(num_chunks * chunk, -1)
@@ -81,14 +84,13 @@ def create_iwae_fn(model: CVAE, likelihood: str, num_samples: int, chunk: int = 
     return iwae
 
 
-@jax.jit
-def binarize(key: jax.Array, images_u8: jax.Array) -> jax.Array:
-    """Dynamic binarisation of uint8 pixels: x ~ Bernoulli(pixel / 255), float32[B, 784]."""
-    probs = images_u8.reshape(images_u8.shape[0], -1).astype(jnp.float32) / 255.0
-    return jax.random.bernoulli(key, probs).astype(jnp.float32)
+def binarize_levels(key: jax.Array, images_u8) -> jax.Array:
+    """uint8 pixels [B, 28, 28] or [B, 784] -> a binarised draw, float32[B, 784]
+    (`cvae.model.binarization`)."""
+    return binarize(key, to_unit(jnp.asarray(images_u8).reshape(len(images_u8), -1)))
 
 
-def test_set_bounds(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray,
+def test_set_bounds(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
                     key: jax.Array, num_samples: int, marginal_samples: int,
                     batch_size: int = 100, chunk: int = 100,
                     likelihood: str = "bernoulli") -> dict[str, np.ndarray]:
@@ -98,8 +100,8 @@ def test_set_bounds(model: CVAE, variables: dict, images_u8: np.ndarray, labels:
     (the true label's column is the K-sample figure, the others use `marginal_samples`),
     "log_px": [N]} — or without the last two when marginal_samples is 0.
     """
-    cond_fn = create_iwae_fn(model, likelihood, num_samples, chunk)
-    other_fn = (create_iwae_fn(model, likelihood, marginal_samples, chunk)
+    cond_fn = create_iwae_fn(model, likelihood, num_samples, chunk=chunk)
+    other_fn = (create_iwae_fn(model, likelihood, marginal_samples, chunk=chunk)
                 if marginal_samples else None)
     binarize_key, sample_key = jax.random.split(key)
     n = len(images_u8)
@@ -107,8 +109,8 @@ def test_set_bounds(model: CVAE, variables: dict, images_u8: np.ndarray, labels:
     for i, start in enumerate(range(0, n, batch_size)):
         rows = slice(start, min(start + batch_size, n))
         pad = batch_size - (rows.stop - rows.start)
-        x = binarize(jax.random.fold_in(binarize_key, i),
-                     jnp.asarray(np.pad(images_u8[rows].reshape(-1, 784), ((0, pad), (0, 0)))))
+        x = binarize_levels(jax.random.fold_in(binarize_key, i),
+                            np.pad(images_u8[rows].reshape(-1, IMAGE_PIXELS), ((0, pad), (0, 0))))
         y = jnp.asarray(np.pad(labels[rows], (0, pad)), jnp.int32)
         batch_key = jax.random.fold_in(sample_key, i)
         cond = np.asarray(cond_fn(variables, x, y, batch_key))[:batch_size - pad]
@@ -136,7 +138,7 @@ def marginal_log_likelihood(log_px_given_label: np.ndarray) -> np.ndarray:
 
 
 def check_marginal(log_px_given_y: np.ndarray, log_px_given_label: np.ndarray,
-                   log_px: np.ndarray, tolerance: float = 1e-3) -> dict[str, float | bool]:
+                   log_px: np.ndarray, *, tolerance: float = 1e-3) -> dict[str, float | bool]:
     """The two inequalities that hold for every example, given the same per-label estimates:
 
     -log p(x) <= -log p(x|y) + log 10   (the true label's own share of the sum), and
