@@ -68,12 +68,12 @@ def test_the_browser_draws_the_servers_pixels_for_the_same_noise(served):
         width = image_width(driver)
     sampler = app.state.watcher.current.sampler
     rows, latent = last["rows"], sampler.latent_dim
-    assert (rows, last["latentDim"]) == (160, latent)  # all digits, n = 16
-    assert width == grid_shape(160, 16, scale=2)[1]
+    assert (rows, last["latentDim"]) == (80, latent)  # all digits, n = 8 (the page's default)
+    assert width == grid_shape(80, 8, scale=2)[1]
     assert last["step"] == str(app.state.watcher.current.step)
     noise = np.asarray(last["noise"], np.float32).reshape(rows, latent)
     labels = np.asarray(last["labels"], np.int32)
-    assert np.array_equal(labels, np.repeat(np.arange(10), 16))
+    assert np.array_equal(labels, np.repeat(np.arange(10), 8))
     assert abs(noise.mean()) < 0.2 and 0.8 < noise.std() < 1.2  # the page's N(0, 1) draws
     served_pixels = _to_uint8(sampler.decode(noise, labels)).astype(int)
     browser_pixels = np.asarray(last["pixels"], np.uint8).reshape(rows, 28, 28).astype(int)

@@ -5,7 +5,7 @@ Runtime on the CPU.
 Synopsis:
 
     write_onnx(folder, onnx_functions(sampler))       # sample.onnx, encode.onnx...
-    report = verify_onnx(folder, sampler, noise, labels, images)
+    report = verify_onnx(folder, sampler, noise=noise, labels=labels, digits=images)
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def run_onnx(path: str | Path | bytes, feeds: dict[str, np.ndarray]) -> list[np.
     return session(path).run(None, feeds)
 
 
-def verify_onnx(folder: Path, sampler, noise: np.ndarray, labels: np.ndarray,
+def verify_onnx(folder: Path, sampler, *, noise: np.ndarray, labels: np.ndarray,
                 digits: np.ndarray) -> dict:
     """ONNX Runtime against the sampler (its blocks, as `/sample` decodes) on the same inputs:
     `noise` f32[N, L] and `labels` i32[N] for sample (every pixel within `PIXEL_TOLERANCE`,

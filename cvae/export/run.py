@@ -35,11 +35,11 @@ SAMPLES = "samples.png"
 ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checked on
 
 
-def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, force: bool = False,
+def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: bool = False,
                       log=print) -> dict:
     """Export the newest step of `checkpoint_dir` into `out`; returns the manifest."""
     checkpoint_dir, out = Path(checkpoint_dir), Path(out)
-    check_out(out, checkpoint_dir, force)
+    check_out(out, checkpoint_dir, force=force)
     checkpoint = finished_checkpoint(checkpoint_dir)
     from cvae.model.networks import create_model
     from cvae.sampling.sampler import create_sampler
@@ -50,14 +50,14 @@ def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, force: bool =
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))
     try:
-        manifest = write_folder(staging, sampler, checkpoint_dir, out.name, log)
+        manifest = write_folder(staging, sampler, checkpoint_dir, name=out.name, log=log)
         move_into(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
 
 
-def check_out(out: Path, checkpoint_dir: Path, force: bool) -> None:
+def check_out(out: Path, checkpoint_dir: Path, *, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file, not a folder")
     resolved, source = out.resolve(), checkpoint_dir.resolve()
@@ -96,7 +96,7 @@ def finished_checkpoint(directory: Path):
         raise CheckpointError(f"{hint} ({str(error).splitlines()[0]})") from None
 
 
-def write_folder(folder: Path, sampler, checkpoint_dir: Path, name: str, log) -> dict:
+def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log) -> dict:
     """Every file of the export in `folder`, verified, the manifest last."""
     step, config = sampler.step, sampler.config
     save_weights(folder / WEIGHTS, sampler.variables, {"format": "cvae", "step": str(step)})
@@ -139,7 +139,7 @@ def verify(folder: Path, sampler) -> dict:
             inputs["classify"] = (images,)
         for name, count in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
             rows[name] = rows.get(name, 0) + count
-    onnx = onnx_files.verify_onnx(folder, sampler, noise, labels, digits)
+    onnx = onnx_files.verify_onnx(folder, sampler, noise=noise, labels=labels, digits=digits)
     return {"stablehlo_rows": rows, "stablehlo_block_sizes": sizes, "onnx": onnx,
             "cpu": cpu_name()}
 
