@@ -223,6 +223,7 @@ def test_one_batched_pass_equals_ten_passes_of_one_label(tiny_cvae):
     model, variables, x, _, latent_dim = tiny_cvae
     noise = normals(11, (3, 6, latent_dim))
 
+    @jax.jit
     def log_weights_fn(images, labels, draws):
         return obj.model_log_weights(model, variables, images, labels, draws)
 
