@@ -77,6 +77,10 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     assert len(fid["samples"]["accuracy_per_digit"]) == 10
     assert 0 <= fid["samples"]["accuracy"] <= 1 and fid["real"]["fd"] >= 0
     assert (data_dir / "classifier").is_dir()  # cached beside the data
+    rebuilt = fid["reconstructions"]
+    assert rebuilt["digits"] == 32 and 0 <= rebuilt["recall"] <= 1
+    assert rebuilt["fd_ratio"] == pytest.approx(fid["samples"]["fd"] / rebuilt["fd"])
+    assert "reconstructions (32 test digits)" in table
     swap = results["label_swap"]
     assert swap["swaps"] == 9 * 64 and 0 <= swap["accuracy"] <= 1
     assert "label swap (64 digits x 9 labels)" in table and "style survival r" in table

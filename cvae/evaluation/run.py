@@ -17,6 +17,8 @@ accuracy
 - Label swap (`cvae.evaluation.label_swap`): test digits re-decoded with every other label, read by
 the
   same classifier, and how much of their slant and stroke width survives.
+- Reconstructions of test digits scored like the samples (`cvae.evaluation.reconstructions`):
+  the floor no prior can beat, and the samples' FD against it.
 - Visual reports (`cvae.evaluation.reports`) next to the JSON, or in --report-dir.
 - A model trained with `--labels N` (`cvae.evaluation.classification`): the test error of its
 classifier
@@ -45,7 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.evaluation import classification, fidelity, iwae, label_swap, reports
+from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
+                             reports)
 from cvae.training.checkpoints import load_checkpoint
 from cvae.config import NUM_CLASSES, Config
 from cvae.data.load import load_dataset
@@ -225,6 +228,8 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
                                  checkpoint.step, block_rows=500)
         results["label_swap"] = label_swap.scores(sampler, classifier, images_u8, labels,
                                                   options.seed)
+        results["fidelity"]["reconstructions"] = reconstructions.scores(
+            sampler, classifier, images_u8, labels, results["fidelity"]["samples"]["fd"])
     return results
 
 
@@ -265,6 +270,8 @@ def summary_table(results: dict) -> str:
                          f"{real['accuracy_per_digit'][digit]:>11.4f}"
                          f"   FD {samples['fd_per_digit'][digit]:>7.2f}"
                          f"{real['fd_per_digit'][digit]:>8.2f}")
+        if "reconstructions" in fid:
+            lines.append(reconstructions.summary_line(fid["reconstructions"]))
         if "baseline" in fid:
             base = fid["baseline"]
             lines.append(f"  baseline (step {base['step']}): accuracy "
