@@ -47,6 +47,7 @@ LEVERS: dict[str, list[str]] = {
     "ladder-2": ["--stochastic-layers", "2", "--upper-latent-dim", "8"],
     "ladder-2-dreg-k5": ["--stochastic-layers", "2", "--objective", "dreg",
                          "--importance-samples", "5"],
+    "vamp-10": ["--prior", "vamp", "--pseudo-inputs", "10"],
     "vamp-50": ["--prior", "vamp", "--pseudo-inputs", "50"],
     "learned-mixture-10": ["--prior", "learned_mixture", "--prior-components", "10"],
 }

@@ -73,18 +73,13 @@ class Config:
         "mixture", "p(z|y): N(0, I); a per-class Gaussian mixture fitted to the codes after "
                     "each evaluated epoch, for sampling and evaluation only (training's KL uses "
                     "N(0, I)); or learned with the model: a VampPrior or a per-class mixture.")
-    prior_components: int = knob(
-        10, "Components of each class's mixture prior (fitted, or learned with "
-            "--prior learned_mixture).")
+    prior_components: int = knob(10, "Components of each class's mixture prior.")
     pseudo_inputs: int = knob(
         50, "With --prior vamp: pseudo-inputs per class; p(z|y) is the mean of q(z|u,y) over "
             "them (Tomczak and Welling 2018).")
     stochastic_layers: int = knob(
-        1, "Stochastic layers of the model: 1 is the one-latent CVAE, 2 or more a ladder VAE "
-           "whose bottom layer has --latent-dim dimensions (Sonderby et al. 2016).")
-    upper_latent_dim: int = knob(
-        8, "With --stochastic-layers above 1: dimensions of each latent layer above the "
-           "bottom one.")
+        1, "Latent layers: 1 is today's CVAE; more, a ladder VAE with --latent-dim at the bottom.")
+    upper_latent_dim: int = knob(8, "Dimensions of each ladder layer above the bottom one.")
     prior_codes: PriorCodes = knob(
         "means", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
                    "aggregate posterior), or its mean (tighter: more typical samples).")
@@ -110,11 +105,9 @@ class Config:
     free_bits: float = knob(
         0.0, "Floor, in nats, on each latent dimension's batch-mean KL in the loss (0 = off).")
     objective: Objective = knob(
-        "elbo", "Training bound: the ELBO, or the importance-weighted bound with "
-                "--importance-samples samples, with its plain gradient (iwae) or the doubly "
-                "reparameterised one for the encoder (dreg, Tucker et al. 2019).")
-    importance_samples: int = knob(
-        1, "With --objective iwae or dreg: importance samples K per training image.")
+        "elbo", "Training bound: the ELBO, or the importance-weighted bound with its plain "
+                "gradient (iwae) or the doubly reparameterised one (dreg, Tucker et al. 2019).")
+    importance_samples: int = knob(1, "With --objective iwae or dreg: samples K per image.")
 
     # Optimisation.
     optimizer: Optimizer = knob("adam", "The Optax optimizer.")
@@ -217,12 +210,10 @@ class Config:
         return self
 
     def _validate_model_levers(self) -> None:
-        if self.stochastic_layers > MAX_STOCHASTIC_LAYERS:
-            raise ConfigError(f"stochastic_layers={self.stochastic_layers}: must be in "
-                              f"[1, {MAX_STOCHASTIC_LAYERS}]")
-        if self.importance_samples > MAX_IMPORTANCE_SAMPLES:
-            raise ConfigError(f"importance_samples={self.importance_samples}: must be in "
-                              f"[1, {MAX_IMPORTANCE_SAMPLES}] (each sample costs a decoder pass)")
+        for name, high in (("stochastic_layers", MAX_STOCHASTIC_LAYERS),
+                           ("importance_samples", MAX_IMPORTANCE_SAMPLES)):
+            if getattr(self, name) > high:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be in [1, {high}]")
         if self.objective == "elbo" and self.importance_samples != 1:
             raise ConfigError(f"importance_samples={self.importance_samples}: only with "
                               f"--objective iwae or dreg (the ELBO draws one sample)")
@@ -295,23 +286,6 @@ def field_doc(name: str) -> str:
 # trained on the whole training file (they still load; resuming them needs --fresh).
 # And every checkpoint before the mixture prior sampled from N(0, I).
 ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard"}
-
-# Issue 26's model levers whose modules exist (cvae/model/objectives.py, hierarchical.py,
-# learned_prior.py) but which the train step, the sampler and `cvae eval` do not run yet:
-# `cvae train` refuses them rather than train today's model under their name.
-NOT_YET_TRAINED = {"objective": ("iwae", "dreg"), "prior": ("vamp", "learned_mixture")}
-
-
-def check_trainable(config: Config) -> None:
-    """Raise ConfigError naming the first lever the training code does not run yet."""
-    for name, values in NOT_YET_TRAINED.items():
-        if getattr(config, name) in values:
-            raise ConfigError(f"{name}={getattr(config, name)!r}: not trained yet (issue 26 "
-                              f"builds it in two steps; today's choices run)")
-    if config.stochastic_layers > 1:
-        raise ConfigError(f"stochastic_layers={config.stochastic_layers}: not trained yet "
-                          f"(issue 26 builds it in two steps; 1 runs)")
-
 
 # Fields a resumed run may change; every other field must match the checkpoint, because it
 # decides the parameter shapes, the optimizer state, the data order or the objective. (The

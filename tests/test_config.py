@@ -1,7 +1,7 @@
 import pytest
 
-from cvae.config import (Config, ConfigError, check_trainable, default, get_preset, likelihood,
-                         seed)
+from cvae.config import Config, ConfigError, default, get_preset, likelihood, seed
+from cvae.model.levers import check_trainable
 
 
 def test_json_round_trip_is_exact():
