@@ -178,6 +178,8 @@ def add_eval_command(commands) -> None:
                           help="importance samples evaluated at once (memory; default 100)")
     evaluate.add_argument("--test-limit", type=bounded(int, 0), default=None,
                           help="evaluate the first N test examples (default all)")
+    evaluate.add_argument("--iwae-limit", type=bounded(int, 0), default=None,
+                          help="the IWAE bounds on the first N of those only (default all)")
     evaluate.add_argument("--samples-per-digit", type=bounded(int, 2, 10000), default=None,
                           help="generated digits per label for the fidelity scores (default 500)")
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,

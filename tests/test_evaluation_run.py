@@ -61,7 +61,7 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     out = tmp_path / "out" / "eval.json"
     code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
                  str(data_dir), "--json", str(out), "--iwae-k", "8", "--iwae-k-marginal", "2",
-                 "--iwae-chunk", "4", "--samples-per-digit", "6"])
+                 "--iwae-chunk", "4", "--iwae-limit", "40", "--samples-per-digit", "6"])
     assert code == 0
     table = capsys.readouterr().out
     assert "-log p(x|y), IWAE K=8" in table and "Fréchet" in table
@@ -70,6 +70,9 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     bound = results["iwae"]
     assert bound["k"] == 8 and bound["marginal_check"]["ok"]
     assert bound["nll_marginal"] <= bound["nll_conditional"] + np.log(10) + 1e-3
+    assert bound["examples"] == 40  # --iwae-limit: the bounds on a subset, the rest on all 64
+    assert bound["bayes_rule"]["k"] == 2 and 0 <= bound["bayes_rule"]["error"] <= 1
+    assert "argmax_y p(x|y) error, K=2" in table
     # K=8 is at least as tight as the single-sample ELBO on average (up to binarisation noise).
     assert bound["nll_conditional"] < results["elbo"]["neg_elbo"] + 5
     assert 0 <= results["elbo"]["active_units"] <= trained_run.config.latent_dim
