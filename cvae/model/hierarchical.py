@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from cvae.config import NUM_CLASSES, Config
+from cvae.model import learned_prior
+from cvae.model import prior as prior_lib
 from cvae.model.networks import ACTIVATION_FNS, IMAGE_PIXELS, soft_clamp
 from cvae.model.objectives import gaussian_log_density
 
@@ -129,9 +131,23 @@ class LadderCVAE(nn.Module):
     activation: str = "gelu"
     logvar_bound: float = 8.0
     label_every_layer: bool = True  # the decoder reads the label at every layer, not the first
+    # p(z_top | y): "standard" N(0, I); "mixture" fitted after training; "vamp" or
+    # "learned_mixture" learnt with the model (`prior_mixture`). Every prior but the standard
+    # one samples from the "prior" collection (cvae/model/prior.py's format).
+    prior: str = "standard"
+    prior_components: int = 10  # a class's components (pseudo-inputs for "vamp")
 
     def setup(self):
         n, act = len(self.latent_dims), self.activation
+        if self.prior == "vamp":
+            self.pseudo_inputs = learned_prior.PseudoInputs(self.prior_components)
+        elif self.prior == "learned_mixture":
+            self.learned = learned_prior.GaussianMixturePrior(
+                self.prior_components, self.latent_dims[-1], logvar_bound=self.logvar_bound)
+        where = (prior_lib.COLLECTION, prior_lib.VARIABLE)
+        if self.prior != "standard" and (self.is_initializing() or self.has_variable(*where)):
+            self.mixture = self.variable(*where, prior_lib.standard_mixture, NUM_CLASSES,
+                                         self.prior_components, self.latent_dims[-1])
         self.bottom = _MLP(self.hidden_sizes, act)
         self.upper = [_MLP((self.upper_width,), act) for _ in range(n - 1)]
         self.bottom_up_heads = [_Gaussian(d, self.logvar_bound) for d in self.latent_dims]
@@ -226,12 +242,29 @@ class LadderCVAE(nn.Module):
             parts.insert(0, z)
         return self.join(parts)
 
+    def prior_mixture(self):
+        """The learned p(z_top | y) as a diagonal mixture (log_weights f32[10, K], means, logvars
+        f32[10, K, L_top]) from the current parameters; None for the other priors."""
+        if self.prior == "vamp":
+            return learned_prior.vamp_components(self.encode, self.pseudo_inputs())
+        if self.prior == "learned_mixture":
+            return self.learned()
+        return None
+
+    def init_all(self, images, labels, noise):
+        """Touch every part (the ladder and a learned prior) so `init` creates them all."""
+        return self(images, labels, noise), self.prior_mixture()
+
     def generate(self, noise: jax.Array, labels: jax.Array,
                  top_prior_sample: Callable | None = None) -> jax.Array:
         """Pixel logits f32[B, 784] of samples: noise f32[B, total_dim] ~ N(0, t^2 I), one
         vector per sample, top layer first; `top_prior_sample(noise_top, labels)` maps the top
-        layer's share through a prior other than N(0, I)."""
+        layer's share through a prior other than N(0, I) (by default, the "prior" collection's
+        mixture where the model has one)."""
         eps = self.split(noise)
+        if top_prior_sample is None and self.prior != "standard":
+            mixture = self.mixture.value
+            top_prior_sample = lambda top, y: prior_lib.sample(mixture, top, y)  # noqa: E731
         z_top = eps[-1] if top_prior_sample is None else top_prior_sample(eps[-1], labels)
         return self.decode_all(self.prior_path(z_top, labels, eps), labels)
 
@@ -257,13 +290,15 @@ def create_ladder(config: Config) -> LadderCVAE:
     `latent_dim` dimensions, each above of `upper_latent_dim`; upper MLPs as wide as the last
     hidden layer."""
     dims = (config.latent_dim,) + (config.upper_latent_dim,) * (config.stochastic_layers - 1)
+    components = config.pseudo_inputs if config.prior == "vamp" else config.prior_components
     return LadderCVAE(latent_dims=dims, hidden_sizes=config.hidden_sizes,
                       upper_width=config.hidden_sizes[-1], activation=config.activation,
                       logvar_bound=config.logvar_bound,
-                      label_every_layer=config.label_conditioning == "every")
+                      label_every_layer=config.label_conditioning == "every",
+                      prior=config.prior, prior_components=components)
 
 
 def init_ladder(model: LadderCVAE, key: jax.Array) -> dict:
-    """Parameters for a batch of one."""
+    """Parameters (and a learned prior's) for a batch of one."""
     return model.init(key, jnp.zeros((1, IMAGE_PIXELS)), jnp.zeros((1,), jnp.int32),
-                      jnp.zeros((1, sum(model.latent_dims))))
+                      jnp.zeros((1, sum(model.latent_dims))), method=LadderCVAE.init_all)
