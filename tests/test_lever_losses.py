@@ -116,3 +116,27 @@ def test_the_learned_top_layer_kl_counts_in_the_elbo():
     floored, _ = loss_of(model, variables, config.replace(free_bits=50.0))
     np.testing.assert_allclose(floored, terms["reconstruction"] + 50.0 * model.total_dim,
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("prior,objective", [("vamp", "elbo"), ("learned_mixture", "dreg")])
+def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objective):
+    config = config_lib.test().replace(prior=prior, prior_components=3, pseudo_inputs=2,
+                                       objective=objective,
+                                       importance_samples=1 if objective == "elbo" else 3)
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(0))
+    part = "pseudo_inputs" if prior == "vamp" else "learned"
+    assert part in variables["params"]
+    grads = jax.grad(lambda p: loss_of(model, {**variables, "params": p}, config)[0])(
+        variables["params"])
+    assert any(np.abs(np.asarray(g)).max() > 0 for g in jax.tree.leaves(grads[part]))
+    written = {"params": variables["params"],
+               prior_lib.COLLECTION: ll.learned_prior_collection(model, variables)}
+    x, y = batch()
+    noise = jax.random.normal(jax.random.key(4), (B, config.latent_dim))
+    assert model.apply(written, noise, y, method="generate").shape == (B, 784)
+    # The collection's density is the learned prior's: cvae eval scores the prior it samples.
+    z = noise[None]
+    live = ll.learned_log_prior(model, variables)(z, y)[0]
+    np.testing.assert_allclose(model.apply(written, noise, y, method="log_prior"), live,
+                               rtol=1e-4, atol=1e-3)

@@ -33,7 +33,14 @@ import jax.numpy as jnp
 
 from cvae.config import NUM_CLASSES
 from cvae.model import prior as prior_lib
-from cvae.model.objectives import gaussian_log_density
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_log_density(z: jax.Array, mean: jax.Array, logvar: jax.Array) -> jax.Array:
+    """log N(z; mean, diag(exp(logvar))), summed over the last axis (objectives.py's, here so
+    that networks.py can hold a learned prior without importing the losses)."""
+    return -0.5 * jnp.sum(LOG_2PI + logvar + jnp.square(z - mean) * jnp.exp(-logvar), axis=-1)
 
 # Tomczak and Welling initialise MNIST pseudo-inputs near 0.05 (most of a digit is background).
 PSEUDO_INPUT_MEAN, PSEUDO_INPUT_STD = 0.05, 0.01
