@@ -5,13 +5,9 @@ For one binarised image x and label y, with q = q(z | x, y) and K samples z_k ~ 
 
     log p(x | y) >= log (1/K) sum_k p(x | z_k, y) p(z_k | y) / q(z_k | x, y)
 
-K = 1 is the single-sample ELBO; the bound tightens in expectation as K grows. `log_weights_fn`
-gives each model's log w: the one-latent CVAE's (encoder once, decoder on every draw), and the
-ladder VAE's over all its layers (cvae/model/hierarchical.py: log p(x | z, y) + log p(z | y) -
-log q(z | x, y), every layer's prior and posterior). p(z | y) at the top is N(0, I), or the
-mixture in the variable collection "prior" where the model has one: the ex-post fitted mixture,
-or a learned prior written there by `learned_prior.as_mixture`; so the bound is that of the
-prior the samples are drawn from.
+K = 1 is the single-sample ELBO; the bound tightens in expectation as K grows. The log weights
+are each model's own (cvae/model/log_weights.py): the one-latent CVAE's, or the ladder VAE's
+over all its layers, with the prior the samples are drawn from.
 
 Sample k's noise is `normal(fold_in(key, k), [B, D])` (D the model's noise width: the latent, or
 every ladder layer), a function of k alone, so a run cut into chunks of K sees exactly the
@@ -33,69 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.config import NUM_CLASSES
-from cvae.model import hierarchical
-from cvae.model import prior as prior_lib
-from cvae.model.losses import reconstruction
-from cvae.model.objectives import gaussian_log_density
+from cvae.model.log_weights import log_weights_fn, noise_width
+from cvae.model.objectives import gaussian_log_density  # noqa: F401 (tests read it here)
 
 
 def sample_noise(key: jax.Array, index: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """The standard-normal noise of importance sample `index`: depends on (key, index) only."""
     return jax.random.normal(jax.random.fold_in(key, index), shape, jnp.float32)
-
-
-def noise_width(model) -> int:
-    """D of the noise one importance sample needs: every ladder layer, or the CVAE's latent."""
-    if isinstance(model, hierarchical.LadderCVAE):
-        return model.total_dim
-    return model.config.latent_dim
-
-
-def top_log_prior(variables: dict) -> Callable | None:
-    """log p(z_top | y) from the "prior" collection (z f32[..., B, L], labels i32[B] ->
-    f32[..., B]), or None for N(0, I)."""
-    mixture = variables.get(prior_lib.COLLECTION, {}).get(prior_lib.VARIABLE)
-    if mixture is None:
-        return None
-
-    def log_prior(z, labels):
-        flat = z.reshape(-1, *z.shape[-2:])
-        return jax.vmap(lambda one: prior_lib.log_density(mixture, one, labels))(flat).reshape(
-            z.shape[:-1])
-
-    return log_prior
-
-
-def log_weights_fn(model, variables: dict, likelihood: str) -> Callable:
-    """`fn(images f32[R, 784], labels i32[R], noise f32[K, R, D]) -> log w f32[K, R]`, the
-    model's own log weights (module docstring) for the given unit-normal noise."""
-    log_prior = top_log_prior(variables)
-
-    def standard(z, labels):
-        del labels
-        return gaussian_log_density(z, 0.0, jnp.zeros_like(z))
-
-    if isinstance(model, hierarchical.LadderCVAE):
-        def ladder(images, labels, noise):
-            outputs = model.apply(variables, images, labels, noise)
-            log_px = -reconstruction(outputs.logits, jnp.broadcast_to(
-                images, outputs.logits.shape), likelihood)
-            return (log_px + hierarchical.log_p(outputs, labels, log_prior)
-                    - hierarchical.log_q(outputs))
-        return ladder
-
-    log_pz_fn = log_prior or standard
-
-    def one_latent(images, labels, noise):
-        mean, logvar = model.apply(variables, images, labels, method="encode")
-        z = mean + jnp.exp(0.5 * logvar) * noise
-        k, rows = noise.shape[:2]
-        flat_labels = jnp.tile(labels, k)
-        logits = model.apply(variables, z.reshape(k * rows, -1), flat_labels, method="decode")
-        log_px = -reconstruction(logits, jnp.tile(images, (k, 1)), likelihood).reshape(k, rows)
-        return log_px + log_pz_fn(z, labels) - gaussian_log_density(z, mean, logvar)
-
-    return one_latent
 
 
 def log_weights(model, variables: dict, images: jax.Array, labels: jax.Array, key: jax.Array,

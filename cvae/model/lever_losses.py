@@ -31,16 +31,10 @@ import jax.numpy as jnp
 from cvae.config import Config
 from cvae.model import hierarchical, learned_prior
 from cvae.model import objectives as obj
+from cvae.model.log_weights import noise_width
 from cvae.model.losses import kl_per_dimension, reconstruction
 
 LEARNED_PRIORS = ("vamp", "learned_mixture")
-
-
-def noise_width(model) -> int:
-    """D of the noise one draw needs: every ladder layer, or the CVAE's latent."""
-    if isinstance(model, hierarchical.LadderCVAE):
-        return model.total_dim
-    return model.config.latent_dim
 
 
 def draw_noise(key: jax.Array, model, config: Config, batch: int) -> jax.Array:
