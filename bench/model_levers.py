@@ -57,6 +57,15 @@ LEVERS: dict[str, list[str]] = {
     "vamp-10": ["--prior", "vamp", "--pseudo-inputs", "10"],
     "vamp-50": ["--prior", "vamp", "--pseudo-inputs", "50"],
     "learned-mixture-10": ["--prior", "learned_mixture", "--prior-components", "10"],
+    # The likelihood budget (30 minutes): epochs chosen from the per-step costs
+    # (docs/model.md) to end inside it on a quiet 2-core machine (the preset's 60 take ~3.5).
+    "likelihood-400": ["--preset", "likelihood", "--epochs", "400"],
+    "likelihood-dreg-k5": ["--preset", "likelihood", "--objective", "dreg",
+                           "--importance-samples", "5", "--epochs", "60"],
+    "likelihood-learned-mixture-10": ["--preset", "likelihood", "--prior", "learned_mixture",
+                                      "--prior-components", "10", "--epochs", "300"],
+    "likelihood-vamp-10": ["--preset", "likelihood", "--prior", "vamp", "--pseudo-inputs",
+                           "10", "--epochs", "200"],
 }
 TINY = ["--preset", "test", "--validation-size", "64", "--epochs", "2", "--eval-batch-size",
         "64"]
