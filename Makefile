@@ -10,25 +10,47 @@ SEMI_DIR ?= checkpoints-semi
 ARGS ?=
 CUDA ?= cuda12
 
-.PHONY: setup data train test test-kernels test-torch serve sample eval quality semi bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+# `make` alone lists the targets: each rule's `## ` comment is its line in the list.
+.DEFAULT_GOAL := help
+help: ## list the targets with what each does
+	@echo "usage: make TARGET [ARGS='...'] [CHECKPOINT_DIR=...] [DATA_DIR=...]"
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-14s %s\n", $$1, $$2}' \
+		$(MAKEFILE_LIST)
 
-setup: $(STAMP)
+.PHONY: help setup web data train test test-kernels test-torch serve sample eval quality semi bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+
+setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps 'jax2onnx==$(JAX2ONNX)'
+	$(MAKE) --no-print-directory web
 	touch $(STAMP)
 
-data: setup
+# jax2onnx without its declared dependencies (pyproject.toml's `export` extra says why), pinned.
+JAX2ONNX := 0.17.1
+
+# The page's "draw in the browser" mode: onnxruntime-web, pinned in service/web/package.json
+# and package-lock.json, installed from npm into service/web/node_modules (served by the
+# service itself, no CDN). Without npm the page falls back to the server and says so.
+web: ## the page's onnxruntime-web files from npm (service/web; skipped without npm)
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix service/web --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "warning: no npm: the page's 'draw in the browser' mode will fall back to the server" >&2; \
+	fi
+
+data: setup ## MNIST as IDX files under data/, offline
 	$(BIN)/cvae data --data-dir $(DATA_DIR)
 
-train: data
+train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
 # Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
-test: setup
+test: setup ## ruff, then the whole test suite (about 6 minutes on 2 cores)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
 
@@ -37,7 +59,7 @@ test: setup
 # installed here if missing, emulates a CPU with AVX2 and no AVX-512), then every test marked
 # `determinism` (resume, process counts, the sampler) again under each XLA flag in KERNEL_FLAGS.
 KERNEL_FLAGS := --xla_cpu_max_isa=SSE4_2 --xla_cpu_experimental_ynn_fusion_type=
-test-kernels: setup
+test-kernels: setup ## the bit-identity claims again under other CPU kernels (valgrind, XLA flags)
 	command -v valgrind >/dev/null || (apt-get install -y -qq valgrind || (apt-get update -qq && apt-get install -y -qq valgrind))
 	$(BIN)/python -m pytest -m kernels -n auto $(ARGS)
 	for flag in $(KERNEL_FLAGS); do \
@@ -48,7 +70,7 @@ test-kernels: setup
 # torch of `make torch-cpu` for the benchmark; then the tests that need the real torchvision.
 # About 5.6 GB (torch 2.14.1 is a CUDA build); .ci/run calls this after `make test`.
 TORCH_VENV := .venv-torch
-test-torch: $(TORCH_VENV)/.installed
+test-torch: $(TORCH_VENV)/.installed ## the real-torchvision tests, in their own .venv-torch (about 6 GB)
 	$(TORCH_VENV)/bin/python -c "import torch, torchvision"  # a broken extra fails, not skips
 	$(TORCH_VENV)/bin/python -m pytest tests/test_data.py -k torchvision $(ARGS)
 
@@ -58,47 +80,47 @@ $(TORCH_VENV)/.installed: pyproject.toml
 	$(TORCH_VENV)/bin/python -m pip install --quiet -e '.[torch,dev]'
 	touch $@
 
-serve: setup
+serve: setup ## the service on http://127.0.0.1:8000/ (the page, /sample, /transfer, /docs...)
 	$(BIN)/cvae serve --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
-sample: setup
+sample: setup ## a PNG grid from the latest checkpoint -> checkpoints/sample.png
 	$(BIN)/cvae sample --checkpoint-dir $(CHECKPOINT_DIR) --out $(CHECKPOINT_DIR)/sample.png $(ARGS)
 
-eval: data
+eval: data ## test-set metrics of the latest checkpoint -> checkpoints/eval.json
 	$(BIN)/cvae eval --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --json $(CHECKPOINT_DIR)/eval.json $(ARGS)
 
-# The quality targets: the default run scored beside the seed document's setup (10 epochs),
+# The quality targets: the default run scored beside the baseline setup (`--preset seed`, 10 epochs),
 # both trained first if needed (a finished run has nothing left to do), in one `cvae eval`.
-quality: train
+quality: train ## eval beside the baseline setup (`--preset seed`, 10 epochs; trains both if needed)
 	$(BIN)/cvae train --preset seed --data-dir $(DATA_DIR) --checkpoint-dir $(BASELINE_DIR) --no-progress
 	$(BIN)/cvae eval --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --baseline-dir $(BASELINE_DIR) --json $(CHECKPOINT_DIR)/eval.json $(ARGS)
 
 # Few labels (docs/semi-supervised.md): 100 labelled digits and the rest without their labels
 # (`--preset semi`), trained if needed, then evaluated: q(y|x)'s test error and the rest.
-semi: data
+semi: data ## train with only 100 labels (`--preset semi`) into checkpoints-semi/, then eval
 	$(BIN)/cvae train --preset semi --data-dir $(DATA_DIR) --checkpoint-dir $(SEMI_DIR) --no-progress
 	$(BIN)/cvae eval --checkpoint-dir $(SEMI_DIR) --data-dir $(DATA_DIR) --json $(SEMI_DIR)/eval.json $(ARGS)
 
 # The service benchmark drives the server with wrk (Debian's package), installed here if missing.
-bench: data
+bench: data ## the speed benchmarks -> BENCHMARKS.md
 	command -v wrk >/dev/null || (apt-get install -y -qq wrk || (apt-get update -qq && apt-get install -y -qq wrk))
 	$(BIN)/python -m bench.run $(ARGS)
 
 # PyTorch for the benchmark's baseline (b) only: torch's CPU build, no torchvision (the `torch`
 # extra is for torchvision's datasets). pip takes it from a local wheel where the machine has
 # one (ours does); elsewhere it may download a CUDA build of several GB.
-torch-cpu: setup
+torch-cpu: setup ## PyTorch's CPU build into .venv, for the benchmark's PyTorch baseline
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
 
 # GPU: JAX's CUDA wheels into .venv (extra `cuda12`; `make gpu CUDA=cuda13` for CUDA 13
 # drivers). Nothing else changes: `make gpu train` trains on every local GPU, `cvae launch`
 # runs one process per GPU.
-gpu: setup
+gpu: setup ## JAX's CUDA wheels into .venv (CUDA=cuda13 for CUDA 13 drivers)
 	$(BIN)/python -m pip install --quiet -e '.[dev,$(CUDA)]'
 	$(BIN)/python -c "import jax; print('JAX backend:', jax.default_backend(), jax.devices())"
 
 # The service's soak, churn and fuzz tests, run longer than in `make test`.
-soak: setup
+soak: setup ## the service under a long load, checkpoint churn and fuzzing
 	CVAE_SOAK_SECONDS=60 CVAE_CHURN_SECONDS=20 CVAE_FUZZ_EXAMPLES=200 \
 		$(BIN)/python -m pytest -s tests/test_service_soak.py tests/test_service_fuzz.py $(ARGS)
 
@@ -110,10 +132,10 @@ soak: setup
 # MkDocs' own notice about MkDocs 2.
 DOCS_STAMP := $(VENV)/.installed-docs
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
-docs: $(DOCS_STAMP)
+docs: $(DOCS_STAMP) ## the documentation site into site/ (strict: a broken link fails)
 	$(MKDOCS) build --strict
 
-docs-serve: $(DOCS_STAMP)
+docs-serve: $(DOCS_STAMP) ## preview the documentation site on http://127.0.0.1:8001/ with live reload
 	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
 
 $(DOCS_STAMP): $(STAMP)
@@ -122,8 +144,8 @@ $(DOCS_STAMP): $(STAMP)
 
 # The site's pictures (docs/images/), drawn from a trained checkpoint by docs/render_pictures.py:
 # `make train docs-pictures`, or CHECKPOINT_DIR=... for another run.
-docs-pictures: data
+docs-pictures: data ## redraw the site's pictures (docs/images/) from a trained checkpoint
 	$(BIN)/python docs/render_pictures.py --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --out-dir docs/images
 
-clean:
-	rm -rf $(VENV) $(TORCH_VENV) build site *.egg-info
+clean: ## remove .venv, .venv-torch, site/, service/web/node_modules and build files
+	rm -rf $(VENV) $(TORCH_VENV) build site *.egg-info service/web/node_modules

@@ -34,8 +34,9 @@ def create_bench_app(checkpoint_dir: str | Path, **options) -> FastAPI:
     async def plain(params: Annotated[SampleParams, Depends(sample_params)],
                     loaded: Annotated[Loaded, Depends(served_model)]):
         seed = secrets.randbelow(RANDOM_SEED_LIMIT) if params.seed is None else params.seed
-        png = loaded.sampler.sample_png(params.digit, params.n, seed, params.temperature,
-                                        params.cols, params.scale, params.pad)
+        png = loaded.sampler.sample_png(params.digit, params.n, seed,
+                                        temperature=params.temperature,
+                                        cols=params.cols, scale=params.scale, pad=params.pad)
         return Response(png, media_type="image/png", headers={
             "X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed)})
 

@@ -52,6 +52,7 @@ def worker(args) -> None:
     from cvae.training.optimizer import create_optimizer
     from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
     from cvae.training.step import create_train_chunk, create_train_step, epoch_permutation
+    from cvae.training.supervision import FullLabels
 
     config = config_lib.default()
     if args.quick:
@@ -63,7 +64,8 @@ def worker(args) -> None:
     mesh = create_mesh()
     key = jax.random.key(config.seed)
     optimizer, _ = create_optimizer(config, 100 * chunks * config.steps_per_call)
-    state, train_step = create_train_step(key, create_model(config), optimizer, config, None, mesh)
+    state, train_step = create_train_step(create_model(config), optimizer, config, key=key,
+                                          supervision=FullLabels(config), mesh=mesh)
     chunk = create_train_chunk(train_step, batch, mesh)
     images, labels = replicate((jnp.asarray(rows), jnp.asarray(rows[:, 0] % 10, jnp.int32)), mesh)
     order = replicate(epoch_permutation(key, 0, rows.shape[0]), mesh)

@@ -39,8 +39,10 @@ from cvae.model.losses import vae_loss
 from cvae.model.networks import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.data.synthetic import synthetic_dataset
-from cvae.training.step import (create_train_chunk, create_train_step, epoch_permutation,
-                                maybe_binarize)
+from cvae.model.binarization import maybe_binarize
+from cvae.training.step import (create_train_chunk, create_train_state, create_train_step,
+                                epoch_permutation)
+from cvae.training.supervision import FullLabels
 
 
 def forward_flops_per_example(params) -> int:
@@ -60,7 +62,7 @@ def optimizer_update_ms(config, repeats: int = 50) -> float:
     a step that no loop structure removes."""
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 1000)
-    state, _ = create_train_step(jax.random.key(0), model, optimizer, config)
+    state = create_train_state(model, optimizer, config, key=jax.random.key(0))
     update = jax.jit(optimizer.update)
     grads = jax.tree.map(jnp.ones_like, state.params)
     jax.block_until_ready(update(grads, state.opt_state, state.params))
@@ -82,7 +84,8 @@ def fused_runner(config, data: Dataset, batch_size: int,
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 10 * steps)
     key = jax.random.key(config.seed)
-    state, train_step = create_train_step(key, model, optimizer, config)
+    state, train_step = create_train_step(model, optimizer, config, key=key,
+                                          supervision=FullLabels(config))
     chunk = create_train_chunk(train_step, batch_size)
     order = epoch_permutation(key, 0, images.shape[0])
     box = {"state": state}
@@ -112,7 +115,7 @@ def seed_loop_runner(config, data: Dataset, batch_size: int,
     config = config.replace(batch_size=batch_size)
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 10 * steps)
-    state, _ = create_train_step(jax.random.key(0), model, optimizer, config)
+    state = create_train_state(model, optimizer, config, key=jax.random.key(0))
     host_images = data.train_images.reshape(-1, 784)
     host_labels = data.train_labels.astype(np.int32)
 
@@ -123,7 +126,7 @@ def seed_loop_runner(config, data: Dataset, batch_size: int,
 
         def loss_fn(params):
             logits, mean, logvar = model.apply({"params": params}, x, labels, z_key)
-            return vae_loss(logits, x, mean, logvar, likelihood=config.likelihood,
+            return vae_loss(logits, x, mean=mean, logvar=logvar, likelihood=config.likelihood,
                             kl_weight=config.kl_weight)[0]
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
@@ -235,11 +238,12 @@ def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epoch
     from cvae.training.loop import planned_steps, train_and_evaluate
     from cvae.data.splits import training_size
 
-    steps_per_epoch, _ = planned_steps(config, training_size(len(data.train_images), config))
+    steps_per_epoch, _ = planned_steps(config, training_size(len(data.train_images), config),
+                                       config.batch_size)
     # The schedule still spans config.epochs: the run is the default run, cut at max_epochs.
     config = config.replace(max_steps=max_epochs * steps_per_epoch)
     clock = _QualityClock(classifier, target, samples_per_digit)
-    train_and_evaluate(config, data, checkpoint_dir, [clock, Checkpointer(1)], fresh=True)
+    train_and_evaluate(config, data, checkpoint_dir, callbacks=[clock, Checkpointer(1)], fresh=True)
     return {"target": target, "seconds": clock.reached, "max_epochs": max_epochs,
             "history": clock.history}
 
@@ -297,8 +301,8 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     results = {"quick": quick, "device": str(jax.devices()[0].platform),
                "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim,
                "matmul_size": matmul_size}
-    params = create_train_step(jax.random.key(0), create_model(config),
-                               optax.adam(1e-3), config)[0].params
+    params = create_train_state(create_model(config), optax.adam(1e-3), config,
+                                key=jax.random.key(0)).params
     results["forward_flops_per_example"] = forward_flops_per_example(params)
     results["train_flops_per_example"] = 3 * results["forward_flops_per_example"]
     results["param_count"] = int(sum(p.size for p in jax.tree.leaves(params)))

@@ -161,6 +161,14 @@ def service_bench(checkpoint_dir: str, quick: bool, tag: str) -> str:
     return out.getvalue().strip() + ("" if code == 0 else f"\n\n(exit code {code}: errors)")
 
 
+def export_bench(checkpoint_dir: str, quick: bool, tag: str) -> str:
+    """bench/bench_export.py: ONNX Runtime's CPU throughput against the JAX sampler's."""
+    from bench import bench_export
+
+    results = bench_export.measure(checkpoint_dir, **(bench_export.QUICK if quick else {}))
+    return bench_export.markdown(results, tag)
+
+
 def has_checkpoint(directory: str) -> bool:
     path = Path(directory)
     return path.is_dir() and any(p.name.isdigit() for p in path.iterdir())
@@ -190,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
             log(f"service benchmark against {target}")
             service = service_bench(target, args.quick, machine.tag)
+        target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
+        log(f"export benchmark (bench/bench_export.py) against {target}")
+        export = export_bench(target, args.quick, machine.tag)
     if args.no_distributed:
         distributed = "_Skipped: --no-distributed._\n"
     else:
@@ -208,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     text = (header + "\n## Machine\n\n" + machine_markdown(machine) + "\n\n" + READING
             + "\n\n## Training\n\n" + training_markdown(results, machine.tag)
             + "\n\n## Multi-process training\n\n" + distributed + "\n## Service\n\n"
-            + service + "\n")
+            + service + "\n\n## Export: ONNX Runtime against the JAX sampler\n\n" + export
+            + "\n")
     text += "\n## Targets, and where we fall short\n\n" + shortfalls(results, machine.tag) + "\n"
     Path(args.out).write_text(text)
     if args.json:

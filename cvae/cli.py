@@ -1,4 +1,4 @@
-"""The `cvae` console script: data, train, sample, eval, serve.
+"""The `cvae` console script: data, train, launch, sample, eval, serve, export.
 
 Every config field is a `cvae train` flag (underscores become dashes), with the field's doc as
 its help, so `cvae train --help` is the full list of knobs. User mistakes end as one line on
@@ -19,34 +19,15 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
-from cvae import limits
+from cvae import cli_help, limits
+from cvae.cli_types import bounded
 from cvae.errors import USER_ERRORS
+from cvae.export.command import add_export_flags, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
 # everything else (JAX, Orbax, ...) only from WARNING up.
 OWN_LOGGERS = ("cvae", "service")
-
-
-def bounded(kind: type, low=None, high=None, low_open: bool = False):
-    """argparse type: parse `kind` and check low <= value <= high, naming the range on failure."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}")
-        too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or (high is not None and value > high):
-            left = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(
-                f"{value} is outside {left}{_number(low)}, {_number(high)}]")
-        return value
-    return parse
-
-
-def _number(x) -> str:
-    """2.0 -> "2"; ints and None as they are."""
-    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +56,7 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_argument_group(
         "multi-process (JAX's distributed runtime; omit all three under SLURM, Open MPI's "
-        "mpirun or a Kubernetes indexed Job, where JAX detects them)")
+        "mpirun or a\nKubernetes indexed Job, where JAX detects them)")
     group.add_argument("--coordinator-address", metavar="HOST:PORT",
                        help="process 0's address and a free port, the same for every process")
     group.add_argument("--num-processes", type=bounded(int, 1, 65536), metavar="N",
@@ -88,24 +69,35 @@ def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
                             f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
 
 
+def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
+    """Subcommand `name`, its description and examples from cvae/cli_help.py."""
+    summary, description, examples = cli_help.COMMANDS[name]
+    return commands.add_parser(name, help=summary, description=description,
+                               epilog="examples:\n" + examples,
+                               formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cvae", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="cvae", description=cli_help.DESCRIPTION,
+                                     epilog=cli_help.EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (add_data_command, add_train_command, add_launch_command,
-                        add_sample_command, add_eval_command, add_serve_command):
-        add_command(commands)
+    for add_command_flags in (add_data_command, add_train_command, add_launch_command,
+                              add_sample_command, add_eval_command, add_serve_command):
+        add_command_flags(commands)
+    add_export_flags(add_command(commands, "export"))
     return parser
 
 
 def add_data_command(commands) -> None:
-    data = commands.add_parser("data", help="prepare MNIST IDX files under --data-dir (offline)")
+    data = add_command(commands, "data")
     data.add_argument("--data-dir", default="data", help="where the IDX files go (default data)")
     data.add_argument("--dataset", choices=config_lib.CHOICES["dataset"], default="mnist",
                       help="which dataset to prepare (default mnist)")
 
 
 def add_train_command(commands) -> None:
-    train = commands.add_parser("train", help="train (resumes from the latest checkpoint)")
+    train = add_command(commands, "train")
     train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default",
                        help="the config the flags below change (default: default)")
     train.add_argument("--checkpoint-dir", default="checkpoints",
@@ -123,8 +115,8 @@ def add_train_command(commands) -> None:
 
 
 def add_launch_command(commands) -> None:
-    launch = commands.add_parser(
-        "launch", help="run `cvae train` as N local processes on JAX's distributed runtime",
+    launch = add_command(
+        commands, "launch",
         usage="cvae launch --local-processes N [--grace-seconds S] -- <cvae train flags>")
     launch.add_argument("--local-processes", type=bounded(int, 1, 1024), required=True,
                         metavar="N", help="processes to start on this machine")
@@ -137,9 +129,10 @@ def add_launch_command(commands) -> None:
 
 
 def add_sample_command(commands) -> None:
-    sample = commands.add_parser("sample", help="render a PNG grid of generated digits")
+    sample = add_command(commands, "sample")
     sample.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="the run to sample from (default checkpoints)")
+                        help="the run to sample from, or a folder of `cvae export` "
+                             "(default checkpoints)")
     sample.add_argument("--digit", type=bounded(int, 0, config_lib.NUM_CLASSES - 1),
                         help="the digit to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
@@ -161,7 +154,7 @@ def add_sample_command(commands) -> None:
 
 
 def add_eval_command(commands) -> None:
-    evaluate = commands.add_parser("eval", help="test-set metrics of a checkpoint")
+    evaluate = add_command(commands, "eval")
     evaluate.add_argument("--checkpoint-dir", default="checkpoints",
                           help="the run to evaluate, its newest checkpoint (default checkpoints)")
     evaluate.add_argument("--data-dir", default="data",
@@ -196,10 +189,10 @@ def add_eval_command(commands) -> None:
 def add_serve_command(commands) -> None:
     from service.logs import LOG_FORMATS  # the standard library only: --help stays quick
 
-    serve = commands.add_parser("serve", help="serve /sample over HTTP")
+    serve = add_command(commands, "serve")
     serve.add_argument("--checkpoint-dir", default="checkpoints",
-                       help="the run to serve; newer checkpoints are picked up (default "
-                            "checkpoints)")
+                       help="the run to serve, newer checkpoints picked up, or a folder of "
+                            "`cvae export` (default checkpoints)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
@@ -263,13 +256,14 @@ def cmd_train(args) -> int:
     from cvae.training.loop import train_and_evaluate
 
     processes = process_group.initialize(args.coordinator_address, args.num_processes,
-                                         args.process_id, args.heartbeat_timeout)
+                                         args.process_id, heartbeat_timeout=args.heartbeat_timeout)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
                                   writer=processes.is_writer)
     try:
-        run = train_and_evaluate(config, data, checkpoint_dir, callbacks, fresh=args.fresh,
+        run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
+                                 fresh=args.fresh,
                                  init_from=args.init_from)
     except Exception as error:
         if processes.count == 1:
@@ -327,10 +321,12 @@ def ensure_writable(directory: Path) -> None:
 
 def cmd_sample(args) -> int:
     from cvae.sampling.grid import make_grid, save_png
-    from cvae.sampling.sampler import grid_columns, load_sampler
+    from cvae.export.load import open_sampler
+    from cvae.sampling.sampler import grid_columns
 
-    sampler = load_sampler(args.checkpoint_dir)
-    images = sampler.sample_images(args.digit, args.n, args.seed, args.temperature)
+    check_exported(args.checkpoint_dir)
+    sampler = open_sampler(args.checkpoint_dir)
+    images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale)
     path = save_png(grid, args.out)
@@ -357,6 +353,7 @@ def cmd_serve(args) -> int:
     from service.logs import configure_logging
     from service.server import lazy_app, serve
 
+    check_exported(args.checkpoint_dir)
     configure_logging(args.log_format)
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
                    poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
@@ -374,7 +371,7 @@ def cmd_launch(args) -> int:
 
 
 COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample": cmd_sample,
-            "eval": cmd_eval, "serve": cmd_serve}
+            "eval": cmd_eval, "serve": cmd_serve, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

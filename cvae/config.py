@@ -290,7 +290,7 @@ ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard"}
 # Fields a resumed run may change; every other field must match the checkpoint, because it
 # decides the parameter shapes, the optimizer state, the data order or the objective. (The
 # schedule's span, `schedule_epochs`, is checked on its own: see
-# `cvae.training.loop.keep_schedule_span`.)
+# `cvae.training.start.keep_schedule_span`.)
 RESUMABLE_CHANGES = ("epochs", "schedule_epochs", "max_steps", "steps_per_call",
                      "eval_batch_size", "eval_every", "early_stopping_patience",
                      "early_stopping_min_delta", "keep_checkpoints", "data_source")

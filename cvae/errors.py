@@ -21,4 +21,9 @@ class ResumeError(RuntimeError):
     """The checkpoint directory holds a run that the requested config cannot continue."""
 
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, ResumeError, PermissionError)
+class ExportError(RuntimeError):
+    """`cvae export` cannot write where it was asked to (the folder is not empty, say)."""
+
+
+USER_ERRORS = (ConfigError, DataError, CheckpointError, ResumeError, PermissionError,
+               ExportError)

@@ -5,7 +5,7 @@
 
 Every grid is an answer of the real service (`create_app` under FastAPI's TestClient), so the
 pictures are exactly what the documented requests return; the loss curve is
-`cvae.evaluation.plots`'s, from the run's `metrics.jsonl`. Seeds are fixed: the same checkpoint
+`cvae.training.loss_curve`'s, from the run's `metrics.jsonl`. Seeds are fixed: the same checkpoint
 gives the same bytes.
 
 The transfer inputs: the test digits with the most extreme slant and stroke width
@@ -27,7 +27,7 @@ from PIL import Image, ImageDraw
 from cvae.data.load import load_dataset
 from cvae.sampling.grid import save_png
 from cvae.evaluation.label_swap import slant, stroke_width
-from cvae.evaluation.plots import save_loss_curve
+from cvae.training.loss_curve import save_loss_curve
 from service.app import create_app
 
 # Picture file -> the GET request that draws it (the pages quote these requests).

@@ -36,9 +36,10 @@ from service.checkpoints import CheckpointWatcher
 from service.logs import RequestIdMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.params import validation_error_handler
-from service.routes import classify, operations, sampling, transfer
+from service.routes import api_docs, browser, classify, operations, sampling, transfer
 
-ROUTERS = (sampling.router, transfer.router, classify.router, operations.router)
+ROUTERS = (sampling.router, transfer.router, classify.router, operations.router,
+           api_docs.router, browser.router)
 
 
 def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
@@ -59,6 +60,8 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                                  request_timeout=request_timeout)
     app = FastAPI(title="cvae sampling service", lifespan=lifespan,
                   description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
+                  # /docs and /redoc from local files (service/routes/api_docs.py), not a CDN
+                  docs_url=None, redoc_url=None,
                   # The service reports through Prometheus (/metrics). FastAPI's OpenTelemetry
                   # hooks would look up the global providers on every request: 4% of a
                   # worker's Python time under load, for nothing.

@@ -13,8 +13,8 @@ the request path must be as short as possible. Everything except the device work
 event loop thread: `decode` appends the request to a list and awaits a plain asyncio future. One
 drain task takes the pending requests (up to `max_rows` rows, all for the same model) and hands
 them to a single worker thread that computes their latents in one call per kind of request
-(`cvae.sampling.request_batches.batch_rows`: prior draws bit-identical to `request_latents`, latent
-walks, and style transfers, whose encoder work runs there too) and decodes them in one call
+(`cvae.sampling.request_batches.request_rows`: prior draws bit-identical to `request_latents`,
+latent walks, and style transfers, whose encoder work runs there too) and decodes them in one call
 (`Sampler.decode`, fixed block shapes, so a request's pixels never depend on its neighbours).
 That is one thread hop per batch, not per request, and no locks. While a batch decodes, new
 requests gather for the next one: under load, batches grow by themselves; a lone request is
@@ -36,7 +36,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from cvae.sampling.request_batches import batch_rows
+from cvae.sampling.request_batches import request_rows
 from cvae.sampling.sampler import Codes
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class Batcher:
 
     def __init__(self, max_rows: int = 4096, max_pending_rows: int = 40960,
                  timeout: float = 30.0, on_batch: BatchHook | None = None,
-                 latents_fn: Callable[[list[Request], Decoder], list] = batch_rows):
+                 latents_fn: Callable[[list[Request], Decoder], list] = request_rows):
         if max_rows < 1 or max_pending_rows < 1 or timeout <= 0:
             raise ValueError("max_rows and max_pending_rows must be >= 1 and timeout > 0")
         self.max_rows, self.max_pending_rows, self.timeout = max_rows, max_pending_rows, timeout

@@ -26,9 +26,12 @@ from typing import Callable
 import jax
 import numpy as np
 
+from cvae.errors import CheckpointError
+from cvae.export.load import exported_step, open_sampler
+from cvae.export.manifest import MANIFEST, is_export
 from cvae.sampling.blocks import ROW_BY_ROW
 from cvae.sampling.grid import make_grid, png_bytes
-from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
+from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +63,20 @@ def fingerprint(sampler: Sampler) -> str:
 
 
 def list_steps(directory: Path) -> list[int]:
-    """Committed step folders, newest first (Orbax names temporary folders non-numerically)."""
+    """Committed step folders, newest first (Orbax names temporary folders non-numerically);
+    an exported folder's one step (cvae/export/)."""
     try:
+        if is_export(directory):
+            return [exported_step(directory)]
         return sorted((int(p.name) for p in directory.iterdir()
                        if p.name.isdigit() and p.is_dir()), reverse=True)
-    except OSError:  # missing, or vanished while listing
+    except (OSError, CheckpointError):  # missing, vanished while listing, or no manifest
         return []
+
+
+def step_path(directory: Path, step: int) -> Path:
+    """What changes when `step` is rewritten: its folder, or an exported folder's manifest."""
+    return directory / MANIFEST if is_export(directory) else directory / str(step)
 
 
 def _mtime_ns(path: Path) -> int | None:
@@ -91,10 +102,10 @@ def warm_up(sampler: Sampler) -> None:
 
 def load(directory: Path, step: int) -> Loaded:
     """Read, compile and fingerprint one step (slow: seconds)."""
-    mtime = _mtime_ns(directory / str(step))
+    mtime = _mtime_ns(step_path(directory, step))
     if mtime is None:
         raise FileNotFoundError(f"step {step} vanished")
-    sampler = load_sampler(directory, step)
+    sampler = open_sampler(directory, step)
     warm_up(sampler)
     if sampler.block_sizes == ROW_BY_ROW:
         log.warning("no decode block size keeps a row's bits at every position on this CPU: "
@@ -131,7 +142,7 @@ class CheckpointWatcher:
         steps = list_steps(self.directory)
         current = self.current
         unchanged = (current is not None
-                     and _mtime_ns(self.directory / str(current.step)) == current.mtime_ns)
+                     and _mtime_ns(step_path(self.directory, current.step)) == current.mtime_ns)
         candidates = [s for s in steps if s > current.step] if unchanged else steps
         skipped = []
         for step in candidates:
@@ -143,7 +154,7 @@ class CheckpointWatcher:
 
     def _try_load(self, step: int) -> str | None:
         """Loads and swaps in `step`; returns None, or why it could not."""
-        key = (step, _mtime_ns(self.directory / str(step)))
+        key = (step, _mtime_ns(step_path(self.directory, step)))
         if key[1] is None:
             return "vanished"
         if key in self.failed:

@@ -7,11 +7,14 @@ which also writes their OpenAPI entries. `/sample`, the hot path, validates its 
 one pydantic call (`query_model`) and describes it with `query_parameters`.
 
 A bad query string is answered 422 with `message` (one sentence per bad parameter: its name,
-what it accepts, the value given) and `detail` (FastAPI's list of problems).
+what it accepts, the value given) and `detail` (FastAPI's list of problems). A parameter the
+route does not take is a bad one too (`extra="forbid"`), so a typo such as `digits=7` on
+`/sample` is refused, not silently ignored; the message names it and lists what the route takes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from fastapi import Request
@@ -58,7 +61,7 @@ PrepareMode = Annotated[Literal["mnist", "none"], Field(
 class SampleParams(BaseModel):
     """`/sample`'s query parameters (also `/bench/plain`'s)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     digit: int | None = Field(None, ge=0, le=9, description="0-9; omit: one row per digit")
     n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
@@ -75,7 +78,7 @@ class SampleParams(BaseModel):
 class InterpolateParams(BaseModel):
     """`/interpolate`'s query parameters."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     walk: Literal["latent", "digits"] = Field(
         "latent", description="latent: from seed's sample to to_seed's, per digit; digits: "
@@ -99,7 +102,7 @@ class InterpolateParams(BaseModel):
 class TransferParams(BaseModel):
     """`/transfer`'s query parameters; `digits` is a tuple, 0-9 when omitted."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     label: int | None = Field(None, ge=0, le=9, description="the digit the image shows; omit: "
                               "the label with the best ELBO (see X-Label)")
@@ -159,20 +162,36 @@ SAMPLE_QUERY = {"parameters": query_parameters(SampleParams)}
 # ---- the 422 ---------------------------------------------------------------------------------
 
 
-def describe_errors(errors: list[dict]) -> str:
-    """One sentence per bad parameter: 'digit: must be an integer in 0..9 (got '10')'."""
-    parts = []
+def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[str] = ()) -> str:
+    """One sentence per bad parameter: 'digit: must be an integer in 0..9 (got '10')', or
+    'digits: unknown parameter (got '7')', then once what `route` takes, if one was unknown."""
+    parts, unknown = [], False
     for item in errors:
         loc = item.get("loc") or ()
         name = next((part for part in reversed(loc) if isinstance(part, str)), "request")
-        if name in PARAMETER_RULES:
+        if item.get("type") == "extra_forbidden":
+            unknown = True
+            parts.append(f"{name}: unknown parameter (got {item.get('input')!r})")
+        elif name in PARAMETER_RULES:
             parts.append(f"{name}: must be {PARAMETER_RULES[name]} (got {item.get('input')!r})")
         else:
             parts.append(f"{'.'.join(map(str, loc))}: {item.get('msg')}")
-    return "; ".join(parts)
+    message = "; ".join(parts)
+    if unknown:
+        takes = ", ".join(parameters) if parameters else "no query parameters"
+        message += f" ({route or 'this route'} takes {takes})"
+    return message
+
+
+def route_parameters(request: Request) -> list[str]:
+    """The query parameters of the request's route, as its OpenAPI entry lists them."""
+    path = getattr(request.scope.get("route"), "path", None)
+    operation = request.app.openapi()["paths"].get(path, {}).get(request.method.lower(), {})
+    return [item["name"] for item in operation.get("parameters", ()) if item["in"] == "query"]
 
 
 async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
     errors = jsonable_encoder(exc.errors())
-    return JSONResponse({"message": describe_errors(errors), "detail": errors}, status_code=422)
+    message = describe_errors(errors, request.url.path, route_parameters(request))
+    return JSONResponse({"message": message, "detail": errors}, status_code=422)
 

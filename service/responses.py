@@ -110,7 +110,7 @@ INLINE_ENCODE_PIXELS = 1 << 18
 
 async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int) -> bytes:
     """images f32[R, 28, 28] -> PNG grid bytes."""
-    height, width = grid_shape(len(images), cols, scale, pad)
+    height, width = grid_shape(len(images), cols, scale=scale, pad=pad)
     if height * width <= INLINE_ENCODE_PIXELS:
         return png_bytes(make_grid(images, cols, pad=pad, scale=scale))
     return await asyncio.to_thread(
@@ -148,7 +148,7 @@ def busy(message: str) -> JSONResponse:
 def too_large(params, tiles: int, cols: int, count: str = "n") -> JSONResponse | None:
     """The 422 for a grid of `tiles` over MAX_PIXELS (None when it fits); `count` names the
     parameter that sets the number of tiles."""
-    height, width = grid_shape(tiles, cols, params.scale, params.pad)
+    height, width = grid_shape(tiles, cols, scale=params.scale, pad=params.pad)
     if height * width <= MAX_PIXELS:
         return None
     message = (f"{count}, cols, scale, pad: the grid would be {width}x{height} px "

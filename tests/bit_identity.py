@@ -65,8 +65,10 @@ def check_latents() -> None:
     for latent_dim in (4, 32):
         together = batch_latents(SAMPLE_REQUESTS, latent_dim)
         for request, batched in zip(SAMPLE_REQUESTS, together):
-            assert_same_bits(batched, request_latents(*request[:2], request.n, latent_dim,
-                                                      request.temperature), f"latents {request}")
+            assert_same_bits(batched, request_latents(*request[:2], request.n,
+                                                      latent_dim=latent_dim,
+                                                      temperature=request.temperature),
+                             f"latents {request}")
 
 
 def check_rows(sampler: Sampler) -> None:

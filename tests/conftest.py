@@ -29,6 +29,8 @@ from cvae.data.load import Dataset  # noqa: E402
 from cvae.training.loop import train_and_evaluate  # noqa: E402
 from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx  # noqa: E402
 
+pytest_plugins = ["exports"]  # tests/exports.py: tiny exported models (cvae export)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainedRun:
@@ -83,7 +85,7 @@ def few_label_run(tmp_path_factory) -> TrainedRun:
 
 
 def train_run(directory: Path, config: Config, data: Dataset) -> TrainedRun:
-    train_and_evaluate(config, data, directory, [Checkpointer()])
+    train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
     steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
     return TrainedRun(directory, config, data, steps)
 

@@ -69,7 +69,7 @@ class CheckpointWriter(threading.Thread):
 
         try:
             train_and_evaluate(self.config.replace(epochs=100_000), self.data, self.directory,
-                               [Checkpointer(keep=self.keep), Pace()])
+                               callbacks=[Checkpointer(keep=self.keep), Pace()])
         except BaseException as error:  # reported by the caller
             self.error = error
 
@@ -121,7 +121,7 @@ def expected_size(path: str) -> tuple[int, int]:
     n = int(query.get("n", 16))
     cols = grid_columns(digit, n, int(query["cols"]) if "cols" in query else None)
     height, width = grid_shape(n * (1 if digit is not None else 10), cols,
-                               int(query.get("scale", 1)), int(query.get("pad", 2)))
+                               scale=int(query.get("scale", 1)), pad=int(query.get("pad", 2)))
     return width, height
 
 
@@ -135,8 +135,9 @@ def walk_size(path: str) -> tuple[int, int]:
         tiles, cols = steps * (1 if "digit" in query else 10), steps
     else:
         tiles, cols = int(query.get("n", 1)) * 10, 10
-    height, width = grid_shape(tiles, int(query.get("cols", cols)), int(query.get("scale", 1)),
-                               int(query.get("pad", 2)))
+    height, width = grid_shape(tiles, int(query.get("cols", cols)), scale=int(query.get("scale",
+                                                                                        1)),
+                               pad=int(query.get("pad", 2)))
     return width, height
 
 
@@ -149,8 +150,8 @@ def transfer_size(path: str) -> tuple[int, int]:
     show_input = first.get("show_input", "").lower() in ("true", "1", "on", "yes")
     row = len(query.get("digits", range(10))) + show_input
     height, width = grid_shape(row * max(1, int(first.get("samples", 0))),
-                               int(first.get("cols", row)), int(first.get("scale", 1)),
-                               int(first.get("pad", 2)))
+                               int(first.get("cols", row)), scale=int(first.get("scale", 1)),
+                               pad=int(first.get("pad", 2)))
     return width, height
 
 

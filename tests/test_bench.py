@@ -30,6 +30,7 @@ def test_bench_quick_runs_and_writes_markdown(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     text = out.read_text()
     for heading in ("## Machine", "## Training", "## Multi-process training", "## Service",
+                    "## Export: ONNX Runtime against the JAX sampler",
                     "## Targets, and where we fall short"):
         assert heading in text
     results = json.loads(raw.read_text())

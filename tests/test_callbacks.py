@@ -25,7 +25,8 @@ def test_early_stopping_stops_at_the_right_epoch_and_leaves_a_checkpoint(tmp_pat
     config = config_lib.test().replace(epochs=10)
     script = ScriptedLoss([5.0, 4.0, 4.0, 3.95, 3.99, 1.0, 1.0, 1.0, 1.0, 1.0])
     run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
-                             [script, EarlyStopping(patience=2, min_delta=0.1), Checkpointer()])
+                             callbacks=[script, EarlyStopping(patience=2, min_delta=0.1),
+                                        Checkpointer()])
     # epoch 2: 4.0 (no 0.1 gain), epoch 3: 3.95 (still < 0.1 below 4.0) -> stop after epoch 4
     assert run.epoch == 3 and run.step == 16
     assert "early stopping" in run.stop_reason and run.exit_code == 0
@@ -50,7 +51,7 @@ def test_metrics_logger_uses_the_injected_clock_and_weights_steps(tmp_path):
 def test_tensorboard_and_loss_curve_files_are_written(tmp_path):
     config = config_lib.test().replace(epochs=2)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path,
-                       [MetricsLogger(), TensorBoard(), LossCurve()])
+                       callbacks=[MetricsLogger(), TensorBoard(), LossCurve()])
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100
     with Image.open(tmp_path / "loss_curve.png") as image:

@@ -19,7 +19,7 @@ from cvae.training.step import create_train_state, run_key
 
 def make_state(config):
     optimizer, _ = create_optimizer(config, 100)
-    return create_train_state(run_key(config.seed), create_model(config), optimizer, config)
+    return create_train_state(create_model(config), optimizer, config, key=run_key(config.seed))
 
 
 def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
@@ -27,7 +27,7 @@ def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
     state = make_state(config)
     state = state.replace(params=jax.tree.map(lambda p: p + 0.5, state.params), step=state.step + 7)
     manager = create_manager(tmp_path)
-    save_checkpoint(manager, state, config, {"loss": 1.5})
+    save_checkpoint(manager, state, config, metrics={"loss": 1.5})
     manager.close()
     checkpoint = load_checkpoint(tmp_path)
     assert checkpoint.step == 7 and checkpoint.config == config
@@ -68,7 +68,7 @@ def test_keeps_latest_three_and_the_best_by_validation_loss(tmp_path):
         # A "test_loss" that ranks the other way round must not matter: selection reads
         # validation figures only.
         save_checkpoint(manager, state.replace(step=step), config,
-                        {"validation_loss": loss, "test_loss": -loss, "loss": -loss})
+                        metrics={"validation_loss": loss, "test_loss": -loss, "loss": -loss})
     assert manager.all_steps() == [2, 4, 5, 6]
     assert manager.best_step() == 2 and manager.latest_step() == 6
     manager.close()
@@ -78,7 +78,7 @@ def test_restore_into_a_concrete_template(tmp_path):
     config = config_lib.test()
     state = make_state(config)
     manager = create_manager(tmp_path)
-    save_checkpoint(manager, state, config, None)
+    save_checkpoint(manager, state, config, metrics=None)
     restored, metrics = restore_state(manager, 0, state)
     assert tree_equal(jax.device_get(state.params), jax.device_get(restored.params))
     assert metrics == {}
@@ -95,7 +95,7 @@ def test_missing_and_empty_dirs_say_where_and_what_to_run(tmp_path):
 
 def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
     config = config_lib.test().replace(epochs=2)
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4, 8]
     for item in (tmp_path / "8" / "state").rglob("*"):
         if item.is_file():
@@ -107,32 +107,32 @@ def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
 
 def test_resume_with_a_different_model_names_the_fields(tmp_path):
     config = config_lib.test()
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     with pytest.raises(ResumeError, match="latent_dim: checkpoint 4 vs requested 8.*--fresh"):
         train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(80), tmp_path,
-                           [Checkpointer()])
+                           callbacks=[Checkpointer()])
     run = train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(80),
-                             tmp_path, [Checkpointer()], fresh=True)
+                             tmp_path, callbacks=[Checkpointer()], fresh=True)
     assert run.step == 4
     assert load_checkpoint(tmp_path).config.latent_dim == 8
 
 
 def test_resume_continues_the_step_count(tmp_path):
     config = config_lib.test()
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     run = train_and_evaluate(config.replace(epochs=3), synthetic_dataset(80), tmp_path,
-                             [Checkpointer()])
+                             callbacks=[Checkpointer()])
     assert run.step == 12
     assert load_checkpoint(tmp_path).step == 12
 
 
 def test_training_resumes_past_a_corrupt_newest_step_and_keeps_it_aside(tmp_path):
     config = config_lib.test().replace(epochs=2)
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     for item in (tmp_path / "8" / "state").rglob("*"):
         if item.is_file():
             item.write_bytes(b"garbage")
-    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     assert run.start_step == 4 and run.step == 8
     assert load_checkpoint(tmp_path).step == 8
     assert len(list(tmp_path.glob("unreadable-8-*"))) == 1

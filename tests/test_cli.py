@@ -1,6 +1,8 @@
 """The `cvae` command as a user runs it: real subprocesses, real files."""
 
+import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -8,7 +10,7 @@ import pytest
 from PIL import Image
 
 from cvae.cli import build_parser, config_from_args
-from cvae.config import Config, default, field_doc, seed
+from cvae.config import PRESETS, Config, default, field_doc, seed
 from cvae.data.synthetic import write_synthetic_idx
 
 
@@ -162,6 +164,37 @@ def test_every_config_field_is_a_train_flag():
     assert config == default().replace(**EVERY_FIELD)
     # Fields not given come from the preset.
     assert config_from_args(build_parser().parse_args(["train", "--preset", "seed"])) == seed()
+
+
+def subcommands() -> dict:
+    """name -> the subcommand's parser, as `cvae --help` lists them."""
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_main_help_lists_every_command_and_every_preset():
+    """`cvae --help` as a user runs it: every subcommand (launch too), each preset by name."""
+    result = cvae("--help")
+    assert result.returncode == 0, result.stderr
+    listed = re.findall(r"^    (\w+) ", result.stdout, flags=re.M)
+    assert listed == list(subcommands()) == ["data", "train", "launch", "sample", "eval",
+                                             "serve", "export"]
+    presets = result.stdout.split("presets", 1)[1]
+    for name in PRESETS:
+        assert re.search(rf"^  {name} ", presets, flags=re.M), name
+    assert "/sample over HTTP" not in result.stdout  # serve serves much more
+
+
+@pytest.mark.parametrize("name", ["data", "train", "launch", "sample", "eval", "serve",
+                                  "export"])
+def test_every_command_help_has_a_description_and_an_example(name):
+    parser = subcommands()[name]
+    text = parser.format_help()
+    assert parser.description and len(parser.description.split()) >= 10
+    assert parser.description.splitlines()[0] in text
+    examples = text.split("\nexamples:\n", 1)[1]
+    assert re.search(rf"^  cvae {name}( |$)", examples, flags=re.M), examples
+    assert max(map(len, text.splitlines())) <= 100  # fits a terminal without odd wrapping
 
 
 def test_train_help_explains_every_flag_with_its_field_doc():

@@ -27,7 +27,8 @@ data = synthetic_dataset(80)
 out = {"devices": len(jax.devices())}
 for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
     losses = Losses()
-    run = train_and_evaluate(config, data, sys.argv[2] + "/" + name, [losses, Checkpointer()],
+    run = train_and_evaluate(config, data, sys.argv[2] + "/" + name,
+                             callbacks=[losses, Checkpointer()],
                              devices=devices)
     out[name] = losses.values
     out[name + "_sharding"] = str(run.state.params["decoder"]["Dense_0"]["kernel"].sharding)
@@ -40,10 +41,11 @@ from cvae.model.networks import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
 from cvae.training.step import create_train_chunk, create_train_step, epoch_permutation, run_key
+from cvae.training.supervision import FullLabels
 mesh = create_mesh()
 key = run_key(0)
-state, step = create_train_step(key, create_model(config), create_optimizer(config, 8)[0], config,
-                                mesh=mesh)
+state, step = create_train_step(create_model(config), create_optimizer(config, 8)[0], config,
+                                key=key, supervision=FullLabels(config), mesh=mesh)
 images, labels, order = replicate((np.zeros((64, 784), np.uint8), np.zeros(64, np.int32),
                                    epoch_permutation(key, 0, 64)), mesh)
 chunk = create_train_chunk(step, config.batch_size, mesh)

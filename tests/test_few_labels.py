@@ -55,17 +55,19 @@ def test_labelled_choice_depends_on_file_index_not_on_position():
     the lowest hashes of its file indices)."""
     labels = np.repeat(np.arange(NUM_CLASSES), 6)
     rows = np.arange(60) * 3 + 7
-    full = rows[labelled_indices(labels, rows, 20, NUM_CLASSES, seed=5)]
+    full = rows[labelled_indices(labels, rows, count=20, num_classes=NUM_CLASSES, seed=5)]
     keep = np.ones(60, bool)
     keep[::7] = False  # drop some rows that were not chosen ...
     keep[np.searchsorted(rows, full)] = True  # ... but none that were
-    part = rows[keep][labelled_indices(labels[keep], rows[keep], 20, NUM_CLASSES, seed=5)]
+    part = rows[keep][labelled_indices(labels[keep], rows[keep], count=20, num_classes=NUM_CLASSES,
+                                       seed=5)]
     assert np.array_equal(full, part)
 
 
 def test_too_many_labels_for_a_class_names_the_field():
     with pytest.raises(ConfigError, match="labels=70: class"):
-        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), 70, NUM_CLASSES, 0)
+        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), count=70,
+                         num_classes=NUM_CLASSES, seed=0)
 
 
 @pytest.mark.parametrize("changes, field", [
@@ -94,8 +96,11 @@ def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
     x = jnp.asarray(data.train_images.reshape(8, -1) / 255.0, jnp.float32)
     y = jnp.asarray(data.train_labels[:3], jnp.int32)
     z_key = jax.random.key(7)
-    outputs, _ = few_labels.per_label_terms(model, variables, x[:3], y, x[3:], z_key, False, {}, [])
-    loss, terms = few_labels.semi_supervised_loss(outputs, 2.0, 0.25, 0.5, y)
+    outputs, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
+                                            x_unlabelled=x[3:], z_key=z_key, train=False,
+                                            rngs={}, mutable=[])
+    loss, terms = few_labels.semi_supervised_loss(outputs, kl_weight=2.0, labelled_share=0.25,
+                                                  classifier_weight=0.5, y_labelled=y)
 
     # By hand: each unlabelled image with each label on its own, with the noise of its row
     # (labelled rows first, then image i with label k at 3 + 10 i + k).
@@ -136,15 +141,15 @@ def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
     changed = config.replace(labels="all", classifier_weight=7.0, labelled_per_batch=3)
     assert tree_equal(params_after(changed, tmp_path / "b"), reference)
     assert "classifier" not in reference
-    state = create_train_state(jax.random.key(0), create_model(config), optax.adam(1e-3),
-                               config)
+    state = create_train_state(create_model(config), optax.adam(1e-3), config,
+                               key=jax.random.key(0))
     assert state.labelled == {}
 
 
 def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_path):
     data = synthetic_dataset(200)
     config = SEMI.replace(epochs=3, prior="mixture")
-    whole = train_and_evaluate(config, data, tmp_path / "whole", [Checkpointer()])
+    whole = train_and_evaluate(config, data, tmp_path / "whole", callbacks=[Checkpointer()])
     # 168 training images, 20 labelled: 148 unlabelled, 12 a step -> 12 steps an epoch.
     assert whole.step == 36
     saved = load_checkpoint(tmp_path / "whole")
@@ -154,8 +159,9 @@ def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_pa
     assert np.array_equal(saved.state.labelled["labels"], chosen["labels"])
     assert "validation_classifier_error" in saved.metrics
 
-    train_and_evaluate(config.replace(max_steps=17), data, tmp_path / "parts", [Checkpointer()])
-    resumed = train_and_evaluate(config, data, tmp_path / "parts", [Checkpointer()])
+    train_and_evaluate(config.replace(max_steps=17), data, tmp_path / "parts",
+                       callbacks=[Checkpointer()])
+    resumed = train_and_evaluate(config, data, tmp_path / "parts", callbacks=[Checkpointer()])
     assert resumed.start_step == 17 and resumed.step == 36
     assert tree_equal(resumed.state.params, whole.state.params)
     assert tree_equal(resumed.state.prior, whole.state.prior)
@@ -164,10 +170,11 @@ def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_pa
 def test_resume_refuses_a_changed_labelled_set(tmp_path):
     data = synthetic_dataset(200)
     config = SEMI.replace(epochs=1)
-    train_and_evaluate(config, data, tmp_path, [Checkpointer()])
+    train_and_evaluate(config, data, tmp_path, callbacks=[Checkpointer()])
     relabelled = dataclasses.replace(data, train_labels=np.roll(data.train_labels, 1))
     with pytest.raises(ResumeError, match="another labelled set"):
-        train_and_evaluate(config.replace(epochs=2), relabelled, tmp_path, [Checkpointer()])
+        train_and_evaluate(config.replace(epochs=2), relabelled, tmp_path,
+                           callbacks=[Checkpointer()])
 
 
 class Untouchable:
@@ -182,7 +189,7 @@ def test_semi_supervised_training_never_reads_the_test_set(tmp_path):
     data = dataclasses.replace(synthetic_dataset(200), test_images=Untouchable(),
                                test_labels=Untouchable())
     run = train_and_evaluate(SEMI.replace(prior="mixture"), data, tmp_path,
-                             [NanGuard(), Checkpointer()])
+                             callbacks=[NanGuard(), Checkpointer()])
     assert run.step == 12 and run.stop_reason is None
 
 
@@ -253,14 +260,20 @@ def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
     variables = init_variables(model, jax.random.key(3))
     x = jnp.asarray(synthetic_dataset(8).train_images.reshape(8, -1) / 255.0, jnp.float32)
     y = jnp.zeros((3,), jnp.int32)
-    plain, _ = few_labels.per_label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1),
-                                          False, {}, [])
+    plain, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
+                                          x_unlabelled=x[3:], z_key=jax.random.key(1),
+                                          train=False, rngs={}, mutable=[])
     assert plain[4] is None
-    shifted, _ = few_labels.per_label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1),
-                                            False, {}, [], shift_key=jax.random.key(2))
+    shifted, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
+                                            x_unlabelled=x[3:], z_key=jax.random.key(1),
+                                            train=False, rngs={}, mutable=[],
+                                            shift_key=jax.random.key(2))
     assert shifted[0].shape == (8, NUM_CLASSES) and shifted[4].shape == (5, NUM_CLASSES)
-    base, terms = few_labels.semi_supervised_loss(shifted, 1.0, 0.1, 0.5, y)
-    with_consistency, _ = few_labels.semi_supervised_loss(shifted, 1.0, 0.1, 0.5, y, 3.0)
+    base, terms = few_labels.semi_supervised_loss(shifted, kl_weight=1.0, labelled_share=0.1,
+                                                  classifier_weight=0.5, y_labelled=y)
+    with_consistency, _ = few_labels.semi_supervised_loss(
+        shifted, kl_weight=1.0, labelled_share=0.1, classifier_weight=0.5, y_labelled=y,
+        consistency_weight=3.0)
     assert float(terms["consistency"]) > 0
     # float32 losses of a few hundred nats: their difference is good to about 1e-4
     assert float(with_consistency - base) == pytest.approx(3.0 * float(terms["consistency"]),
@@ -277,11 +290,13 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     kl_per_dim = jnp.asarray(rng.random((4 + NUM_CLASSES, 3)) * 0.4, jnp.float32)
     outputs = (jnp.zeros((5, NUM_CLASSES)), rec, kl_per_dim, 4, None)
     y = jnp.zeros((4,), jnp.int32)
-    loss, _ = few_labels.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y, free_bits=0.3)
+    loss, _ = few_labels.semi_supervised_loss(outputs, kl_weight=2.0, labelled_share=1.0,
+                                              classifier_weight=0.0, y_labelled=y, free_bits=0.3)
     expected = objective(rec[:4].mean(), kl_per_dim[:4].sum(-1).mean(), kl_per_dim[:4].mean(0),
                          kl_weight=2.0, free_bits=0.3)
     assert float(loss) == pytest.approx(float(expected), rel=1e-6)
-    plain, _ = few_labels.semi_supervised_loss(outputs, 2.0, 1.0, 0.0, y)
+    plain, _ = few_labels.semi_supervised_loss(outputs, kl_weight=2.0, labelled_share=1.0,
+                                               classifier_weight=0.0, y_labelled=y)
     assert float(loss) > float(plain)
 
 
@@ -302,8 +317,8 @@ config = config_lib.test().replace(labels="20", labelled_per_batch=4, validation
 out = {}
 for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
     losses = Losses()
-    run = train_and_evaluate(config, synthetic_dataset(200), sys.argv[1] + "/" + name, [losses],
-                             devices=devices)
+    run = train_and_evaluate(config, synthetic_dataset(200), sys.argv[1] + "/" + name,
+                             callbacks=[losses], devices=devices)
     out[name] = losses.values
 print(json.dumps(out))
 """

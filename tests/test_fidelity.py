@@ -36,10 +36,12 @@ def test_scorer_rates_real_digits_high_and_noise_low(classifier_and_data):
     _, features = classifier.logits_and_features(data.test_images[1::2])
     noise = np.random.default_rng(1).uniform(size=(100, 28, 28)).astype(np.float32)
     noise_labels = np.arange(100) % 10
-    noise_scores = fidelity.score_images(classifier, noise, noise_labels, features,
-                                         data.test_labels[1::2])
+    noise_scores = fidelity.score_images(classifier, noise, noise_labels,
+                                         reference_features=features,
+                                         reference_labels=data.test_labels[1::2])
     real_scores = fidelity.score_images(classifier, data.test_images[0::2],
-                                        data.test_labels[0::2], features, data.test_labels[1::2])
+                                        data.test_labels[0::2], reference_features=features,
+                                        reference_labels=data.test_labels[1::2])
     assert real_scores["accuracy"] >= 0.9 and reference["accuracy"] >= 0.9
     assert noise_scores["accuracy"] <= 0.3
     assert noise_scores["fd"] > 10 * max(real_scores["fd"], 1e-3)

@@ -40,7 +40,8 @@ def test_grid_shape_matches_formula_over_a_sweep():
                 for pad in (0, 1, 8):
                     rows = -(-n // cols)
                     step = 28 * scale + pad
-                    assert grid_shape(n, cols, scale, pad) == (rows * step + pad, cols * step + pad)
+                    assert grid_shape(n, cols, scale=scale, pad=pad) == (rows * step + pad,
+                                                                         cols * step + pad)
 
 
 @pytest.mark.parametrize(("scale", "pad"), [(1, 2), (1, 0), (3, 5), (8, 8)])

@@ -23,7 +23,7 @@ def tiny():
     variables = init_variables(model, jax.random.key(1))
     labels = np.arange(32, dtype=np.int32) % 10
     images_u8 = synthetic_images(labels).reshape(-1, 784)
-    x = iwae.binarize(jax.random.key(2), jnp.asarray(images_u8))
+    x = iwae.binarize_levels(jax.random.key(2), jnp.asarray(images_u8))
     return model, variables, x, jnp.asarray(labels), images_u8, labels
 
 
@@ -69,7 +69,8 @@ def test_marginal_is_logsumexp_over_labels_with_uniform_prior():
 
 def test_test_set_bounds_pass_the_marginal_check(tiny):
     model, variables, _, _, images_u8, labels = tiny
-    bounds = iwae.test_set_bounds(model, variables, images_u8, labels, jax.random.key(6),
+    bounds = iwae.test_set_bounds(model, variables, images_u8=images_u8, labels=labels,
+                                  key=jax.random.key(6),
                                   num_samples=8, marginal_samples=2, batch_size=12, chunk=4)
     assert bounds["log_px_given_label"].shape == (32, 10)
     assert np.all(np.isfinite(bounds["log_px"]))
@@ -146,7 +147,8 @@ def test_a_learned_prior_in_the_prior_collection_is_the_top_layers_density(tiny_
 
 def test_ladder_test_set_bounds_pass_the_marginal_check(tiny_ladder):
     model, variables, _, _, images_u8, labels = tiny_ladder
-    bounds = iwae.test_set_bounds(model, variables, images_u8, labels, jax.random.key(12),
+    bounds = iwae.test_set_bounds(model, variables, images_u8=images_u8, labels=labels,
+                                  key=jax.random.key(12),
                                   num_samples=4, marginal_samples=2, batch_size=12, chunk=4)
     assert bounds["label_bounds"].shape == (32, 10)
     check = iwae.check_marginal(bounds["log_px_given_y"], bounds["log_px_given_label"],

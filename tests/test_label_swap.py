@@ -107,7 +107,7 @@ def bars():
 
 def test_a_perfect_swap_scores_full_accuracy_and_keeps_the_hand(bars):
     images, digits = bars
-    result = scores(BarSampler("label"), BarClassifier(), images, digits)
+    result = scores(BarSampler("label"), BarClassifier(), images_u8=images, labels=digits)
     assert result["digits"] == 200 and result["swaps"] == 1800
     assert result["accuracy"] == 1.0 and result["target_met"]
     assert result["accuracy_per_target"] == [1.0] * 10
@@ -122,11 +122,14 @@ def test_a_perfect_swap_scores_full_accuracy_and_keeps_the_hand(bars):
 
 
 def test_a_swap_that_ignores_the_label_scores_zero(bars):
-    result = scores(BarSampler("source"), BarClassifier(), *bars)
+    images, digits = bars
+    result = scores(BarSampler("source"), BarClassifier(), images_u8=images, labels=digits)
     assert result["accuracy"] == 0.0 and not result["target_met"]
     assert result["worst_pair"]["accuracy"] == 0.0
 
 
 def test_a_swap_in_another_hand_keeps_no_slant(bars):
-    style = scores(BarSampler("random hand"), BarClassifier(), *bars)["style"]
+    images, digits = bars
+    style = scores(BarSampler("random hand"), BarClassifier(), images_u8=images,
+                   labels=digits)["style"]
     assert abs(style["slant"]["swap_r"]) < 0.15 and style["stroke_width"]["swap_r"] > 0.9

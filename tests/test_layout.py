@@ -1,11 +1,16 @@
-"""The size limits of docs/design.md: no module over 400 lines and no function over 80 in cvae/
-and service/, so every piece can be read in one sitting."""
+"""The layout of docs/design.md: no module over 400 lines and no function over 80 in cvae/ and
+service/, so every piece can be read in one sitting; and the stages imported in one direction
+only, with no cycle (tests/import_graph.py reads the imports)."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
+import import_graph
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,3 +27,92 @@ def test_module_and_its_functions_are_within_the_size_limits(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES}
     assert long == {}
+
+
+# ---- the import graph: the stages in order, and no cycle ------------------------------------
+
+
+def test_no_package_imports_one_above_it():
+    """data < model < sampling < training < evaluation (config, errors and limits below them
+    all; service above them; the CLI above everything), function-local imports included."""
+    level = {module: import_graph.LEVELS[import_graph.package_of(module)]
+             for module in import_graph.module_paths()}
+    upward = sorted(f"{module} -> {target}"
+                    for module, targets in import_graph.module_graph().items()
+                    for target in targets if level[target] > level[module])
+    assert upward == []
+
+
+def test_packages_import_each_other_without_a_cycle():
+    graph = import_graph.package_graph()
+    assert set(graph) == set(import_graph.LEVELS)
+    graphlib.TopologicalSorter(graph).static_order()  # raises CycleError naming the cycle
+
+
+def test_every_stage_is_a_package_with_a_light_init():
+    """`__init__.py` files hold a docstring and import nothing, so importing one stage's module
+    loads only what that module needs."""
+    for package in ("cvae", *(f"cvae/{stage}" for stage in import_graph.STAGES)):
+        tree = ast.parse((ROOT / package / "__init__.py").read_text())
+        assert [type(node) for node in tree.body] == [ast.Expr], package
+
+
+def test_cli_help_loads_no_jax():
+    """`cvae --help` and every command's `--help` answer at once: nothing heavy is imported."""
+    code = """
+import contextlib, io, sys
+from cvae.cli import build_parser
+for command in ([], ["data"], ["train"], ["launch"], ["sample"], ["eval"], ["serve"]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        build_parser().parse_args([*command, "--help"])
+heavy = ("jax", "jaxlib", "flax", "optax", "orbax", "numpy", "fastapi", "matplotlib")
+print(sorted(name for name in sys.modules if name.split(".")[0] in heavy))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=120)
+    assert result.stdout.strip() == "[]"
+
+
+# ---- calls that read: keywords past the third value, and for every flag -----------------------
+
+
+def positional_parameters(function: ast.FunctionDef) -> list[ast.arg]:
+    return [arg for arg in function.args.posonlyargs + function.args.args
+            if arg.arg not in ("self", "cls")]
+
+
+def is_flag(arg: ast.arg, default: ast.expr | None) -> bool:
+    return (isinstance(arg.annotation, ast.Name) and arg.annotation.id == "bool") or (
+        isinstance(default, ast.Constant) and isinstance(default.value, bool))
+
+
+def unreadable_signatures(tree: ast.Module) -> list[str]:
+    """Module-level functions and methods taking more than three values positionally, or a
+    flag positionally. Left out: functions defined inside others (jitted device programs and
+    scan bodies, whose positional signature is the compiled program's) and jitted ones."""
+    found = []
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body)
+            if not isinstance(node, ast.FunctionDef) or any(
+                    "jit" in ast.unparse(decorator) for decorator in node.decorator_list):
+                continue
+            params = positional_parameters(node)
+            all_args = node.args.posonlyargs + node.args.args
+            defaults = dict(zip(reversed([a.arg for a in all_args]), reversed(node.args.defaults)))
+            flags = [a.arg for a in params if is_flag(a, defaults.get(a.arg))]
+            if len(params) > 3 or (flags and len(params) > 1):
+                found.append(f"{node.name}({', '.join(a.arg for a in params)})")
+
+    visit(tree.body)
+    return found
+
+
+CVAE_SOURCES = [path for path in SOURCES if path.relative_to(ROOT).parts[0] == "cvae"]
+
+
+@pytest.mark.parametrize("path", CVAE_SOURCES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_functions_take_flags_and_values_past_the_third_by_keyword(path):
+    assert unreadable_signatures(ast.parse(path.read_text())) == []

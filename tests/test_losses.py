@@ -52,7 +52,8 @@ def test_loss_is_batch_mean_reconstruction_plus_weighted_kl_by_hand():
     # Example 1: mean 1 in 3 dimensions, unit variance: KL 3 * 0.5 = 1.5; example 2: KL 0.
     mean = jnp.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     logvar = jnp.zeros((2, 3))
-    loss, terms = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli", kl_weight=0.5)
+    loss, terms = vae_loss(logits, targets, mean=mean, logvar=logvar, likelihood="bernoulli",
+                           kl_weight=0.5)
     assert float(terms["reconstruction"]) == pytest.approx(784 * np.log(2), rel=1e-6)
     assert float(terms["kl"]) == pytest.approx(0.75, rel=1e-6)
     assert float(loss) == pytest.approx(784 * np.log(2) + 0.5 * 0.75, rel=1e-6)
@@ -64,11 +65,12 @@ def test_free_bits_floor_each_dimensions_batch_mean_kl():
     # 0.005 and 2.5. Floored at 1 nat: 1.0 + 2.5 = 3.5 (unfloored: 2.505).
     logits, targets = jnp.zeros((2, 784)), jnp.ones((2, 784))
     mean, logvar = jnp.array([[0.1, 3.0], [0.1, 1.0]]), jnp.zeros((2, 2))
-    loss, terms = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli", kl_weight=2.0,
+    loss, terms = vae_loss(logits, targets, mean=mean, logvar=logvar, likelihood="bernoulli",
+                           kl_weight=2.0,
                            free_bits=1.0)
     assert float(loss) == pytest.approx(784 * np.log(2) + 2.0 * 3.5, rel=1e-6)
     assert float(terms["kl"]) == pytest.approx(2.505, rel=1e-6)  # reported unfloored
-    loss_without, _ = vae_loss(logits, targets, mean, logvar, likelihood="bernoulli",
+    loss_without, _ = vae_loss(logits, targets, mean=mean, logvar=logvar, likelihood="bernoulli",
                                kl_weight=2.0)
     assert float(loss_without) == pytest.approx(784 * np.log(2) + 2.0 * 2.505, rel=1e-6)
 

@@ -215,7 +215,8 @@ def test_model_log_weights_are_the_evaluations(tiny_cvae):
     key, indices = jax.random.key(3), jnp.arange(4)
     noise = jax.vmap(lambda i: iwae_eval.sample_noise(key, i, (6, latent_dim)))(indices)
     ours = obj.model_log_weights(model, variables, x, y, noise)
-    theirs = iwae_eval.log_weights(model, variables, x, y, key, indices, "bernoulli")
+    theirs = iwae_eval.log_weights(model, variables, images=x, labels=y, key=key,
+                                   indices=indices, likelihood="bernoulli")
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
 
 
@@ -239,7 +240,7 @@ def test_a_trained_model_reads_digits_by_bayes_rule(transfer_run):
     checkpoint = load_checkpoint(transfer_run.directory)
     model, config = create_model(checkpoint.config), checkpoint.config
     images_u8, labels = transfer_run.data.test_images, transfer_run.data.test_labels
-    x = iwae_eval.binarize(jax.random.key(0), jnp.asarray(images_u8.reshape(-1, 784)))
+    x = iwae_eval.binarize_levels(jax.random.key(0), images_u8)
     noise = normals(12, (8, len(x), config.latent_dim))
     bounds = obj.per_label_bounds(
         lambda images, y, draws: obj.model_log_weights(

@@ -10,6 +10,7 @@ from cvae.training.optimizer import (create_kl_weight_schedule, create_learning_
                                      create_optimizer)
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import create_train_step, ema_decay_at, ema_update, run_key, to_batch
+from cvae.training.supervision import FullLabels
 
 
 def batches(n=4, size=16):
@@ -24,7 +25,9 @@ def train(config, steps=4, total=100):
     """Take `steps` train steps; returns (params before and after each step, state, metrics)."""
     optimizer, schedule = create_optimizer(config, total)
     key = run_key(0)
-    state, train_step = create_train_step(key, create_model(config), optimizer, config, schedule)
+    state, train_step = create_train_step(create_model(config), optimizer, config, key=key,
+                                          supervision=FullLabels(config),
+                                          learning_rate_fn=schedule)
     snapshots, history = [jax.device_get(state.params)], []
     for batch in batches(steps):
         state, metrics = train_step(state, batch, key)
@@ -110,7 +113,8 @@ def test_batch_norm_stats_update_in_train_and_not_in_eval():
     optimizer, _ = create_optimizer(config, 100)
     key = run_key(0)
     model = create_model(config)
-    state, train_step = create_train_step(key, model, optimizer, config)
+    state, train_step = create_train_step(model, optimizer, config, key=key,
+                                          supervision=FullLabels(config))
     before = jax.device_get(state.batch_stats)
     state, _ = train_step(state, batches(1)[0], key)
     after = jax.device_get(state.batch_stats)

@@ -64,6 +64,7 @@ def test_on_classifier_features_real_halves_about_one_noise_zero(classifier_and_
     assert min(real["precision"], real["recall"], real["coverage"]) >= 0.8
     _, reference = classifier.logits_and_features(data.test_images[1::2])
     noise = np.random.default_rng(2).uniform(size=(200, 28, 28)).astype(np.float32)
-    scores = fidelity.score_images(classifier, noise, np.arange(200) % 10, reference,
-                                   data.test_labels[1::2])
+    scores = fidelity.score_images(classifier, noise, np.arange(200) % 10,
+                                   reference_features=reference,
+                                   reference_labels=data.test_labels[1::2])
     assert scores["precision"] <= 0.05 and scores["recall"] <= 0.05

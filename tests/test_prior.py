@@ -111,7 +111,7 @@ def test_standard_prior_generates_exactly_what_decode_does():
 def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path, codes):
     config = config_lib.test().replace(epochs=2, prior="mixture", prior_components=2,
                                        prior_codes=codes)
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     mixture = load_checkpoint(tmp_path).state.prior[prior.VARIABLE]
     assert mixture["means"].shape == (10, 2, config.latent_dim)
     assert np.any(np.asarray(mixture["means"]) != 0)  # fitted, not the initial N(0, I)
@@ -127,7 +127,7 @@ def test_iwae_bound_uses_the_models_prior():
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     labels = np.arange(8, dtype=np.int32)
-    x = iwae.binarize(jax.random.key(1), jnp.asarray(synthetic_images(labels).reshape(-1, 784)))
+    x = iwae.binarize_levels(jax.random.key(1), synthetic_images(labels).reshape(-1, 784))
     key, y = jax.random.key(2), jnp.asarray(labels)
     mixed = iwae.create_iwae_fn(model, "bernoulli", 4)(variables, x, y, key)
     standard = iwae.create_iwae_fn(create_model(config.replace(prior="standard")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cvae.sampling.request_batches import batch_rows
+from cvae.sampling.request_batches import request_rows
 from cvae.sampling.walks import DigitWalk, LatentWalk
 from cvae.sampling.sampler import DIGITS, LatentRequest, load_sampler
 from cvae.sampling.transfer import TransferRequest
@@ -16,10 +16,10 @@ def test_mixed_kinds_in_one_batch_get_the_rows_they_get_alone(trained_run):
     requests = [LatentRequest(1, (7,), 16, 1.0), TransferRequest(image, None, DIGITS, 2, 5),
                 LatentWalk(1, 2, (3,), 5, 1.0), LatentRequest(2, DIGITS, 3, 0.5),
                 DigitWalk(4, 1, 2, 1.0), TransferRequest(image, 3, (1, 2), 0, 0)]
-    together = batch_rows(requests, sampler)
+    together = request_rows(requests, sampler)
     kinds = [len(rows) for rows in together]
     assert kinds == [2, 3, 3, 2, 3, 3]  # prior draws, or Codes (a transfer's with its label)
     for request, rows in zip(requests, together):
-        [alone] = batch_rows([request], sampler)
+        [alone] = request_rows([request], sampler)
         assert len(rows[0]) == request.rows
         assert all(np.array_equal(a, b) for a, b in zip(rows, alone))

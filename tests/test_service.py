@@ -8,6 +8,7 @@ import gc
 import io
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -83,6 +84,33 @@ def test_several_bad_parameters_are_all_named(client):
     assert [part.split(":")[0] for part in message.split("; ")] == ["digit", "n", "scale"]
 
 
+@pytest.mark.parametrize("method, path, query, unknown, takes", [
+    ("GET", "/sample", "digits=7&n=4", ["digits"], "digit, n, cols, seed, temperature, scale"),
+    ("GET", "/sample", "digit=7&Seed=3&colums=2", ["Seed", "colums"], "digit, n, cols"),
+    ("GET", "/interpolate", "walk=digits&step=4", ["step"], "walk, digit, seed, to_seed, steps"),
+    ("POST", "/transfer", "digit=3&samples=1", ["digit"], "label, digits, samples, seed"),
+    ("POST", "/classify", "label=3", ["label"], "prepare"),
+])
+def test_unknown_parameter_is_422_naming_it(client, method, path, query, unknown, takes):
+    """A typo is refused before any work, in the shape of every other 422, instead of being
+    ignored (`/sample?digits=7` used to answer all ten digits)."""
+    response = client.request(method, f"{path}?{query}", content=b"not read",
+                              headers={"Content-Type": "image/png"})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert [item["loc"] for item in body["detail"]] == [["query", name] for name in unknown]
+    assert body["message"].startswith(f"{unknown[0]}: unknown parameter (got ")
+    assert all(f"{name}: unknown parameter" in body["message"] for name in unknown)
+    assert f"({path} takes {takes}" in body["message"]
+
+
+def test_an_unknown_parameter_is_named_beside_a_bad_known_one(client):
+    message = client.get("/sample?digit=12&digits=7").json()["message"]
+    assert message.startswith("digit: must be an integer in 0..9, or omitted for one row per "
+                              "digit (got '12'); digits: unknown parameter (got '7') "
+                              "(/sample takes digit, n,")
+
+
 def test_grid_too_large_for_memory_is_422(client):
     response = client.get("/sample?n=1024&scale=8")  # ten rows of 1024 tiles of 224 px
     assert response.status_code == 422
@@ -105,7 +133,7 @@ def test_png_geometry_follows_make_grid_layout(client, query, images, cols, scal
     response = client.get(f"/sample?seed=1&{query}")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "image/png"
-    height, width = grid_shape(images, cols, scale, pad)
+    height, width = grid_shape(images, cols, scale=scale, pad=pad)
     rows = -(-images // cols)
     assert (width, height) == (cols * (28 * scale + pad) + pad, rows * (28 * scale + pad) + pad)
     assert png_size(response.content) == ((width, height), "L")
@@ -221,13 +249,40 @@ def test_health_ready_metrics_docs_and_page(client, trained_run):
                      "cvae_http_request_duration_seconds_bucket", "cvae_batch_rows_bucket",
                      f"cvae_checkpoint_step {float(max(trained_run.steps))}"):
         assert expected in metrics.text
-    assert client.get("/docs").status_code == 200
     sample = client.get("/openapi.json").json()["paths"]["/sample"]["get"]
     assert f"{MAX_PIXELS // 10**6} MP" in sample["responses"]["422"]["description"]
     assert {"200", "304", "422", "503"} <= set(sample["responses"])
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "<img" in page.text and "http://" not in page.text and "https://" not in page.text
+
+
+# What each kind of file the API pages load must be served as.
+ASSET_TYPES = {".js": ("text/javascript", "application/javascript"), ".css": ("text/css",),
+               ".png": ("image/png",)}
+
+
+@pytest.mark.parametrize("page, marker", [("/docs", "SwaggerUIBundle"),
+                                          ("/redoc", "<redoc spec-url=")])
+def test_api_pages_load_only_this_services_own_files(client, page, marker):
+    """/docs and /redoc work offline: every script, style and icon they reference is a path on
+    this service, and is served with its content type."""
+    html = client.get(page)
+    assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
+    assert marker in html.text and "/openapi.json" in html.text
+    assert "default-src 'self'" in html.headers["content-security-policy"]
+    assert "http://" not in html.text and "https://" not in html.text
+    references = re.findall(r'(?:src|href)="([^"]*)"', html.text)
+    assert len(references) >= 2
+    for url in references:
+        assert url.startswith("/docs/assets/"), url
+        asset = client.get(url)
+        assert asset.status_code == 200, url
+        content_type = asset.headers["content-type"].split(";")[0]
+        assert content_type in ASSET_TYPES[Path(url).suffix], (url, content_type)
+        assert len(asset.content) > 1000, url
+    assert client.get("/docs/assets/..%2Fcore.py").status_code == 404
+    assert client.get("/docs/assets/swagger-ui.js").status_code == 404
 
 
 OPENAPI_SNAPSHOT = Path(__file__).with_name("openapi.json")

@@ -48,7 +48,7 @@ def test_real_server_serves_pngs_and_swaps_checkpoints_without_failing(tmp_path,
             # Continue the same run for one more epoch: Orbax writes a newer step into the
             # directory the server is reading.
             run = train_and_evaluate(trained_run.config.replace(epochs=3), trained_run.data,
-                                     checkpoint_dir, [Checkpointer()])
+                                     checkpoint_dir, callbacks=[Checkpointer()])
             new_step = str(run.step)
             deadline = time.monotonic() + 60
             while not any(step == new_step for _, step in results[-5:]):

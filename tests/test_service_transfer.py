@@ -35,7 +35,7 @@ def tiles(content: bytes, count: int, cols: int, scale: int = 1, pad: int = 2) -
     """The PNG grid's tiles, uint8[count, 28*scale, 28*scale]; checks the grid's size first."""
     with Image.open(io.BytesIO(content)) as image:
         grid = np.asarray(image)
-    height, width = grid_shape(count, cols, scale, pad)
+    height, width = grid_shape(count, cols, scale=scale, pad=pad)
     assert grid.shape == (height, width)
     size = 28 * scale
     return np.stack([grid[pad + r * (size + pad):pad + r * (size + pad) + size,

@@ -22,7 +22,7 @@ from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx
 
 def test_mnist_validation_is_the_source_validation_set_at_the_end():
     # The IDX training file is the source's 50,000 training images, then its 10,000 validation.
-    np.testing.assert_array_equal(validation_indices(60000, 10000, "mnist", seed=7),
+    np.testing.assert_array_equal(validation_indices(60000, 10000, dataset="mnist", seed=7),
                                   np.arange(50000, 60000))
 
 
@@ -43,9 +43,9 @@ def test_split_is_disjoint_complete_and_stable(dataset):
 
 
 def test_seeded_split_depends_on_the_seed_only_and_is_pinned():
-    a = validation_indices(1000, 10, "fashion_mnist", seed=0)
-    assert np.array_equal(a, validation_indices(1000, 10, "kmnist", seed=0))
-    assert not np.array_equal(a, validation_indices(1000, 10, "fashion_mnist", seed=1))
+    a = validation_indices(1000, 10, dataset="fashion_mnist", seed=0)
+    assert np.array_equal(a, validation_indices(1000, 10, dataset="kmnist", seed=0))
+    assert not np.array_equal(a, validation_indices(1000, 10, dataset="fashion_mnist", seed=1))
     # A fixed hash (splitmix64), not a library RNG: the split cannot change with a version.
     assert a.tolist() == PINNED_SEED_0
 
@@ -97,7 +97,7 @@ def test_training_never_reads_the_test_set(tmp_path):
     data = dataclasses.replace(synthetic_dataset(80), test_images=Untouchable(),
                                test_labels=Untouchable())
     config = config_lib.test().replace(epochs=2)
-    run = train_and_evaluate(config, data, tmp_path, [NanGuard(), Checkpointer()])
+    run = train_and_evaluate(config, data, tmp_path, callbacks=[NanGuard(), Checkpointer()])
     assert run.step == 8 and run.stop_reason is None
     # What ranked the checkpoint is the validation evaluation, and only that.
     metrics = load_checkpoint(tmp_path).metrics
@@ -114,7 +114,7 @@ def test_nan_guard_watches_the_validation_figures(tmp_path):
 
     config = config_lib.test().replace(epochs=3)
     run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
-                             [PoisonValidation(), NanGuard(), Checkpointer()])
+                             callbacks=[PoisonValidation(), NanGuard(), Checkpointer()])
     assert run.exit_code == 3 and "non-finite validation loss" in run.stop_reason
     # Epoch 1's checkpoint (step 4) is kept; nothing of epoch 2 was saved.
     assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4]

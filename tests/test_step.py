@@ -14,12 +14,14 @@ from cvae.training.optimizer import create_optimizer
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import (create_train_chunk, create_train_step, epoch_permutation, run_key,
                                 to_batch)
+from cvae.training.supervision import FullLabels
 
 def setup(config):
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 1000)
     key = run_key(config.seed)
-    state, train_step = create_train_step(key, model, optimizer, config)
+    state, train_step = create_train_step(model, optimizer, config, key=key,
+                                          supervision=FullLabels(config))
     return key, state, train_step
 
 
@@ -94,12 +96,12 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     config = config_lib.test().replace(epochs=3, steps_per_call=3)
     data = synthetic_dataset(80)  # 4 steps per epoch: chunks of 3 then 1
-    straight = train_and_evaluate(config, data, tmp_path / "straight", [Checkpointer()])
+    straight = train_and_evaluate(config, data, tmp_path / "straight", callbacks=[Checkpointer()])
     for stop in (2, 5, 9):  # stop mid-chunk boundaries are impossible: max_steps cuts chunks
         run = train_and_evaluate(config.replace(max_steps=stop), data, tmp_path / "resumed",
-                                 [Checkpointer()])
+                                 callbacks=[Checkpointer()])
         assert run.step == stop
-    resumed = train_and_evaluate(config, data, tmp_path / "resumed", [Checkpointer()])
+    resumed = train_and_evaluate(config, data, tmp_path / "resumed", callbacks=[Checkpointer()])
     assert resumed.step == straight.step == 12
     assert tree_equal(jax.device_get(straight.state.params), jax.device_get(resumed.state.params))
     assert tree_equal(jax.device_get(straight.state.opt_state),
@@ -112,7 +114,8 @@ def test_nan_guard_stops_and_names_the_step_and_term(tmp_path):
             metrics["kl"] = np.where(np.arange(len(metrics["kl"])) == 3, np.nan, metrics["kl"])
 
     config = config_lib.test().replace(epochs=2)
-    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, [InjectNaN(), NanGuard(),
+    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[InjectNaN(),
+                                                                                 NanGuard(),
                                                                        Checkpointer()])
     assert run.exit_code == 3
     assert "non-finite kl" in run.stop_reason and "step 4" in run.stop_reason
@@ -131,7 +134,7 @@ def test_callbacks_receive_events_in_order(tmp_path):
         def on_fit_end(self, run): events.append("fit_end")
 
     config = config_lib.test().replace(epochs=2, steps_per_call=4)
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Recorder()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Recorder()])
     epoch = ["epoch_start", "step_end", "eval_end", "epoch_end"]
     assert events == ["fit_start", *epoch, *epoch, "fit_end"]
 
@@ -146,12 +149,12 @@ def test_extending_a_finished_run_keeps_its_schedule_so_the_rate_does_not_jump(t
 
     config = config_lib.test().replace(epochs=2, lr_schedule="cosine", learning_rate=1e-2,
                                        end_learning_rate=1e-4)
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Rates(), Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Rates(), Checkpointer()])
     finished = list(rates)
     assert finished[0] == pytest.approx(1e-2) and finished[-1] < 1e-3  # it had decayed
     rates.clear()
     run = train_and_evaluate(config.replace(epochs=4), synthetic_dataset(80), tmp_path,
-                             [Rates(), Checkpointer()])
+                             callbacks=[Rates(), Checkpointer()])
     assert run.step == 16 and len(rates) == 8
     assert max(rates) <= finished[-1]  # no jump back up
     assert rates == pytest.approx([1e-4] * 8)  # the schedule's final rate
@@ -161,7 +164,7 @@ def test_extending_a_finished_run_keeps_its_schedule_so_the_rate_does_not_jump(t
 
 def test_an_explicit_different_schedule_span_on_resume_is_refused(tmp_path):
     config = config_lib.test().replace(epochs=2, lr_schedule="cosine")
-    train_and_evaluate(config, synthetic_dataset(80), tmp_path, [Checkpointer()])
+    train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     with pytest.raises(ResumeError, match="schedule spans 2 epochs"):
         train_and_evaluate(config.replace(epochs=4, schedule_epochs=4), synthetic_dataset(80),
-                           tmp_path, [Checkpointer()])
+                           tmp_path, callbacks=[Checkpointer()])

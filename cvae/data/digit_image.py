@@ -31,9 +31,9 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
+from cvae.data.pixels import IMAGE_SIDE, MAX_LEVEL, to_unit
 from cvae.limits import MAX_INPUT_PIXELS
 
-FIELD = 28  # MNIST's image side
 BOX = 20  # the digit's bounding box is scaled to fit BOX x BOX
 CENTRE = 14.0  # where MNIST's centre of mass lies (row and column index, see above)
 FORMATS = ("PNG", "JPEG")
@@ -120,14 +120,14 @@ def _luminance(image: Image.Image) -> np.ndarray:
     if max(image.size) > WORK_SIDE:  # Pillow resizes RGBA with premultiplied alpha
         image.thumbnail((WORK_SIDE, WORK_SIDE), Image.Resampling.BOX)
     if not has_alpha:
-        return np.asarray(image, np.float32) / 255.0
-    rgba = np.asarray(image, np.float32) / 255.0
+        return to_unit(np.asarray(image))
+    rgba = to_unit(np.asarray(image))
     alpha = rgba[..., 3]
     gray = rgba[..., :3] @ np.float32([0.299, 0.587, 0.114])  # ITU-R 601-2, as Pillow's "L"
     weight = alpha.sum()
     ink_is_dark = weight == 0 or float((gray * alpha).sum() / weight) < 0.5
     background = np.float32(1.0 if ink_is_dark else 0.0)
-    return np.round((alpha * gray + (1 - alpha) * background) * 255) / np.float32(255)
+    return to_unit(np.round((alpha * gray + (1 - alpha) * background) * MAX_LEVEL))
 
 
 def ink(gray: np.ndarray) -> np.ndarray:
@@ -169,27 +169,27 @@ def to_mnist(values: np.ndarray) -> np.ndarray:
     centre_col = (box.sum(axis=0) @ np.arange(box.shape[1])) / mass
     top = _place(CENTRE - centre_row, box.shape[0])
     left = _place(CENTRE - centre_col, box.shape[1])
-    field = np.zeros((FIELD, FIELD), np.float32)
+    field = np.zeros((IMAGE_SIDE, IMAGE_SIDE), np.float32)
     field[top:top + box.shape[0], left:left + box.shape[1]] = box
-    return np.round(field * 255).astype(np.uint8)
+    return np.round(field * MAX_LEVEL).astype(np.uint8)
 
 
 def _place(offset: float, extent: int) -> int:
     """Integer offset that puts the centre of mass nearest CENTRE with the box inside the field."""
-    return int(min(max(math.floor(offset + 0.5), 0), FIELD - extent))
+    return int(min(max(math.floor(offset + 0.5), 0), IMAGE_SIDE - extent))
 
 
 def as_is(gray: np.ndarray) -> np.ndarray:
     """A 28x28 luminance picture taken as it is (light digit on dark, like MNIST) -> uint8;
     a blank one (all within MIN_CONTRAST of one level) is refused as with prepare=mnist."""
-    if gray.shape != (FIELD, FIELD):
+    if gray.shape != (IMAGE_SIDE, IMAGE_SIDE):
         raise WrongSize(f"prepare=none takes a 28x28 image as it is; this one is "
                         f"{gray.shape[1]}x{gray.shape[0]} (use prepare=mnist to fit it)")
     spread = float(gray.max() - gray.min())
     if spread < MIN_CONTRAST:
         raise NoDigit(f"no digit found: the image is blank (its levels span {spread:.2f}; at "
                       f"least {MIN_CONTRAST} of full scale is needed)")
-    return np.round(gray * 255).astype(np.uint8)
+    return np.round(gray * MAX_LEVEL).astype(np.uint8)
 
 
 def prepare_digit(data: bytes, prepare: Prepare = "mnist",

@@ -44,7 +44,7 @@ def _parse_idx_header(path: Path, data: bytes | bytearray) -> tuple[tuple[int, .
     return shape, header_len
 
 
-def _check_idx_size(path: Path, shape: tuple[int, ...], header_len: int, found: int) -> None:
+def _check_idx_size(path: Path, shape: tuple[int, ...], *, header_len: int, found: int) -> None:
     expected = header_len + int(np.prod(shape))
     if found < expected:
         raise DataError(f"{path}: truncated: expected {expected} bytes, found {found}")
@@ -72,7 +72,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     path = Path(path)
     data = _read_bytes(path)
     shape, header_len = _parse_idx_header(path, data)
-    _check_idx_size(path, shape, header_len, len(data))
+    _check_idx_size(path, shape, header_len=header_len, found=len(data))
     return np.frombuffer(data, np.uint8, offset=header_len).reshape(shape)
 
 
@@ -126,7 +126,7 @@ def plain_idx_shape(path: Path) -> tuple[int, ...]:
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
     shape, header_len = _parse_idx_header(path, head)
-    _check_idx_size(path, shape, header_len, size)
+    _check_idx_size(path, shape, header_len=header_len, found=size)
     return shape
 
 

@@ -18,11 +18,11 @@ from cvae.config import CHOICES, NUM_CLASSES
 from cvae.errors import DataError
 from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
+from cvae.data.pixels import IMAGE_SHAPE
 
 # Dataset name (the config's `dataset` choices) -> its folder under the data dir, as torchvision
 # names it.
 FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "kmnist": "KMNIST"}
-IMAGE_SHAPE = (28, 28)
 
 _ERROR_HINT = "run `cvae data` (or `make train`)"
 
@@ -56,7 +56,7 @@ def raw_dir_of(data_dir: str | os.PathLike, name: str) -> Path:
 
 
 
-def _check_split(images: np.ndarray, labels: np.ndarray, images_at: str, labels_at: str) -> None:
+def _check_split(images: np.ndarray, labels: np.ndarray, *, images_at: str, labels_at: str) -> None:
     """Raises DataError unless images: uint8[N, 28, 28] and labels: [N] in 0..9."""
     if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
         raise DataError(f"{images_at}: expected images of shape [N, 28, 28], found {images.shape}")
@@ -70,7 +70,7 @@ def _check_split(images: np.ndarray, labels: np.ndarray, images_at: str, labels_
         raise DataError(f"{labels_at}: labels must be 0..9, found {labels.min()}..{labels.max()}")
 
 
-def _load_idx_arrays(data_dir: Path, name: str, test: bool
+def _load_idx_arrays(data_dir: Path, name: str, *, test: bool
                      ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     searched = [raw_dir_of(data_dir, name), data_dir]
     wanted = IDX_FILES if test else (TRAIN_IMAGES, TRAIN_LABELS)
@@ -86,7 +86,7 @@ def _load_idx_arrays(data_dir: Path, name: str, test: bool
 
 
 def _load_torchvision_arrays(
-    data_dir: Path, name: str, test: bool
+    data_dir: Path, name: str, *, test: bool
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     try:
         from torchvision import datasets
@@ -113,7 +113,7 @@ def _load_torchvision_arrays(
 
 def load_dataset(
     data_dir: str | os.PathLike = "data", name: str = "mnist", source: str = "idx",
-    test: bool = True,
+    *, test: bool = True,
 ) -> Dataset:
     """Loads dataset `name` from `data_dir`.
 
@@ -126,13 +126,14 @@ def load_dataset(
     check_choice("dataset", name)
     check_choice("data_source", source)
     load = _load_idx_arrays if source == "idx" else _load_torchvision_arrays
-    arrays, names = load(Path(data_dir), name, test)
+    arrays, names = load(Path(data_dir), name, test=test)
     if not test:
         arrays[TEST_IMAGES] = np.zeros((0, *IMAGE_SHAPE), np.uint8)
         arrays[TEST_LABELS] = np.zeros(0, np.int32)
         names[TEST_IMAGES] = names[TEST_LABELS] = "(test set not loaded)"
     for images_key, labels_key in ((TRAIN_IMAGES, TRAIN_LABELS), (TEST_IMAGES, TEST_LABELS)):
-        _check_split(arrays[images_key], arrays[labels_key], names[images_key], names[labels_key])
+        _check_split(arrays[images_key], arrays[labels_key], images_at=names[images_key],
+                     labels_at=names[labels_key])
     return Dataset(
         train_images=np.asarray(arrays[TRAIN_IMAGES], np.uint8),
         train_labels=np.asarray(arrays[TRAIN_LABELS], np.int32),

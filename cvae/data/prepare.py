@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.data.load import IMAGE_SHAPE, check_choice, raw_dir_of
+from cvae.data.load import check_choice, raw_dir_of
+from cvae.data.pixels import IMAGE_SHAPE, MAX_LEVEL
 from cvae.errors import DataError
 from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS, as_uint8,
                            find_idx_files, plain_idx_shape, read_idx, write_idx)
@@ -88,7 +89,7 @@ def _to_uint8_pixels(x: np.ndarray, where: str) -> np.ndarray:
     scaled = np.asarray(x) * 256  # exact in float32: 256 is a power of two
     rounded = np.rint(scaled)
     error = float(np.abs(scaled - rounded).max(initial=0.0))
-    if error >= 1e-4 or rounded.min(initial=0) < 0 or rounded.max(initial=0) > 255:
+    if error >= 1e-4 or rounded.min(initial=0) < 0 or rounded.max(initial=0) > MAX_LEVEL:
         raise DataError(f"{where}: pixels are not k/256 with k in 0..255 (error {error:.3g})")
     return rounded.astype(np.uint8).reshape(-1, *IMAGE_SHAPE)
 

@@ -57,7 +57,7 @@ def _hash_keys(seed: int, indices: np.ndarray, salt: int = 0) -> np.ndarray:
 _LABELLED_SALT = 0x5EED_1ABE_11ED
 
 
-def validation_indices(num_examples: int, validation_size: int, dataset: str,
+def validation_indices(num_examples: int, validation_size: int, *, dataset: str,
                        seed: int) -> np.ndarray:
     """Sorted indices of the validation examples among `num_examples` training examples."""
     if not 1 <= validation_size < num_examples:
@@ -78,8 +78,8 @@ def training_size(num_examples: int, config: Config) -> int:
 def split_training_set(images: np.ndarray, labels: np.ndarray,
                        config: Config) -> TrainValidation:
     """Split the training file's examples; `config.train_limit` then cuts the training part."""
-    held_out = validation_indices(len(images), config.validation_size, config.dataset,
-                                  config.seed)
+    held_out = validation_indices(len(images), config.validation_size, dataset=config.dataset,
+                                  seed=config.seed)
     keep = np.ones(len(images), bool)
     keep[held_out] = False
     train = np.flatnonzero(keep)
@@ -89,7 +89,7 @@ def split_training_set(images: np.ndarray, labels: np.ndarray,
                            train)
 
 
-def labelled_indices(train_labels: np.ndarray, file_indices: np.ndarray, count: int,
+def labelled_indices(train_labels: np.ndarray, file_indices: np.ndarray, *, count: int,
                      num_classes: int, seed: int) -> np.ndarray:
     """Sorted positions (into the training part) of the `count` examples that keep their labels:
     for each class, the `count / num_classes` of its examples whose file index hashes lowest

@@ -15,6 +15,7 @@ import numpy as np
 
 from cvae.evaluation import iwae
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_PIXELS
 from cvae.model.networks import create_model
 from cvae.sampling.sampler import create_sampler
 
@@ -30,18 +31,18 @@ def classifier_error(sampler, images_u8: np.ndarray, labels: np.ndarray) -> dict
                                 for d in range(NUM_CLASSES)]}
 
 
-def generative_error(model, variables, images_u8: np.ndarray, labels: np.ndarray,
+def generative_error(model, variables, *, images_u8: np.ndarray, labels: np.ndarray,
                      key: jax.Array, num_samples: int, batch_size: int = 100,
                      likelihood: str = "bernoulli") -> dict:
     """argmax_y log p(x|y) (IWAE, K = num_samples for every label) against the true labels."""
-    bound = iwae.create_iwae_fn(model, likelihood, num_samples, min(num_samples, 100))
+    bound = iwae.create_iwae_fn(model, likelihood, num_samples, chunk=min(num_samples, 100))
     binarize_key, sample_key = jax.random.split(key)
     predicted = []
     for i, start in enumerate(range(0, len(images_u8), batch_size)):
-        rows = images_u8[start:start + batch_size].reshape(-1, 784)
+        rows = images_u8[start:start + batch_size].reshape(-1, IMAGE_PIXELS)
         pad = batch_size - len(rows)
-        x = iwae.binarize(jax.random.fold_in(binarize_key, i), jnp.asarray(np.pad(
-            rows, ((0, pad), (0, 0)))))
+        x = iwae.binarize_levels(jax.random.fold_in(binarize_key, i),
+                                 np.pad(rows, ((0, pad), (0, 0))))
         batch_key = jax.random.fold_in(sample_key, i)
         scores = np.stack([np.asarray(bound(variables, x, jnp.full((batch_size,), y, jnp.int32),
                                             batch_key)) for y in range(NUM_CLASSES)], axis=1)
@@ -51,19 +52,20 @@ def generative_error(model, variables, images_u8: np.ndarray, labels: np.ndarray
 
 
 def classification_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
-                           num_samples: int, seed: int) -> dict:
+                           *, num_samples: int, seed: int) -> dict:
     """Both classifiers' test errors for a checkpoint with a classifier (else {})."""
     config = checkpoint.config
-    if config.labelled_count is None:
-        return {}
     model = create_model(config)
-    variables = checkpoint.state.eval_variables()
-    sampler = create_sampler(model, config, variables, checkpoint.step, block_rows=500)
+    if not model.has_classifier:
+        return {}
+    variables = checkpoint.variables
+    sampler = create_sampler(model, config, variables, step=checkpoint.step, block_rows=500)
     result = {"labels": config.labelled_count, "q_y_given_x": classifier_error(
         sampler, images_u8, labels)}
     if config.likelihood == "bernoulli" and num_samples > 0:
-        result["generative"] = generative_error(model, variables, images_u8, labels,
-                                                jax.random.key(seed), num_samples)
+        result["generative"] = generative_error(model, variables, images_u8=images_u8,
+                                                labels=labels,
+                                                key=jax.random.key(seed), num_samples=num_samples)
     return {"classification": result}
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import optax
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.evaluation.precision_recall import precision_recall
 
 FEATURES = 128
@@ -40,7 +41,7 @@ class Classifier(nn.Module):
 
     @nn.compact
     def __call__(self, images: jax.Array):
-        h = images.reshape(-1, 28, 28, 1)
+        h = images.reshape(-1, *IMAGE_SHAPE, 1)
         h = nn.relu(nn.Conv(16, (5, 5), strides=2)(h))  # 14x14
         h = nn.relu(nn.Conv(32, (5, 5), strides=2)(h))  # 7x7
         features = nn.relu(nn.Dense(FEATURES)(h.reshape(h.shape[0], -1)))
@@ -72,9 +73,8 @@ class TrainedClassifier:
 
 
 def _as_float(images: np.ndarray) -> np.ndarray:
-    images = np.asarray(images).reshape(-1, 28, 28)
-    return images.astype(np.float32) / 255.0 if images.dtype == np.uint8 else \
-        images.astype(np.float32)
+    images = np.asarray(images).reshape(-1, *IMAGE_SHAPE)
+    return to_unit(images) if images.dtype == np.uint8 else images.astype(np.float32)
 
 
 def data_checksum(images: np.ndarray, labels: np.ndarray) -> str:
@@ -91,18 +91,18 @@ def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, epoc
     (A `lax.scan` over steps, as the VAE uses, made XLA:CPU's convolutions several times slower;
     at ~30 ms a step the per-step dispatch is negligible.)
     """
-    images = jnp.asarray(np.asarray(train_images).reshape(-1, 28, 28), jnp.uint8)
+    images = jnp.asarray(np.asarray(train_images).reshape(-1, *IMAGE_SHAPE), jnp.uint8)
     labels = jnp.asarray(train_labels, jnp.int32)
     steps_per_epoch = max(1, len(images) // batch_size)
     tx = optax.adam(optax.cosine_decay_schedule(learning_rate, epochs * steps_per_epoch))
     key = jax.random.key(seed)
-    params = Classifier().init(key, jnp.zeros((1, 28, 28)))["params"]
+    params = Classifier().init(key, jnp.zeros((1, *IMAGE_SHAPE)))["params"]
     opt_state = tx.init(params)
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def step(params, opt_state, order, first):
         idx = jax.lax.dynamic_slice_in_dim(order, first * batch_size, batch_size)
-        x, y = images[idx].astype(jnp.float32) / 255.0, labels[idx]
+        x, y = to_unit(images[idx]), labels[idx]
 
         def loss_fn(params):
             logits, _ = Classifier().apply({"params": params}, x)
@@ -132,7 +132,7 @@ def load_or_train_classifier(data, cache_root: str | Path | None, *, epochs: int
     checksum = data_checksum(data.train_images, data.train_labels)
     folder = (Path(cache_root) / f"{data.name}-{checksum[:12]}-v{CLASSIFIER_VERSION}"
               if cache_root is not None else None)
-    template = Classifier().init(jax.random.key(0), jnp.zeros((1, 28, 28)))["params"]
+    template = Classifier().init(jax.random.key(0), jnp.zeros((1, *IMAGE_SHAPE)))["params"]
     if folder is not None and (folder / "meta.json").is_file():
         meta = json.loads((folder / "meta.json").read_text())
         if meta.get("train_sha256") == checksum:
@@ -188,7 +188,7 @@ def _per_digit_means(values: np.ndarray, labels: np.ndarray) -> list[float]:
 
 
 def score_images(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarray,
-                 reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
+                 *, reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
     """Accuracy w.r.t. `labels` and Fréchet distance to the reference features, overall and per
     digit, and k-NN precision, recall and coverage against the reference features:
     {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10], "precision",
@@ -214,8 +214,9 @@ def reference_scores(classifier: TrainedClassifier, test_images: np.ndarray,
     a perfect model would reach at that sample size)."""
     test_labels = np.asarray(test_labels)
     _, features = classifier.logits_and_features(test_images[1::2])
-    half = score_images(classifier, test_images[0::2], test_labels[0::2], features,
-                        test_labels[1::2])
+    half = score_images(classifier, test_images[0::2], test_labels[0::2],
+                        reference_features=features,
+                        reference_labels=test_labels[1::2])
     correct = classifier.logits_and_features(test_images)[0].argmax(axis=1) == test_labels
     return {**half, "accuracy": float(correct.mean()),
             "accuracy_per_digit": _per_digit_means(correct, test_labels),

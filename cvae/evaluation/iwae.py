@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_PIXELS, to_unit
+from cvae.model.binarization import binarize
 from cvae.model.log_weights import log_weights_fn, noise_width
 from cvae.model.objectives import gaussian_log_density  # noqa: F401 (tests read it here)
 
@@ -38,8 +40,8 @@ def sample_noise(key: jax.Array, index: jax.Array, shape: tuple[int, ...]) -> ja
     return jax.random.normal(jax.random.fold_in(key, index), shape, jnp.float32)
 
 
-def log_weights(model, variables: dict, images: jax.Array, labels: jax.Array, key: jax.Array,
-                indices: jax.Array, likelihood: str) -> jax.Array:
+def log_weights(model, variables: dict, *, images: jax.Array, labels: jax.Array,
+                key: jax.Array, indices: jax.Array, likelihood: str) -> jax.Array:
     """log w_k for the samples `indices`: float32[len(indices), B].
 
     images: float32[B, 784] (binarised for the Bernoulli likelihood); labels: int32[B].
@@ -57,7 +59,7 @@ def _chunks(num_samples: int, chunk: int) -> tuple[int, jax.Array]:
     return num_chunks * chunk, jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
 
 
-def create_iwae_fn(model, likelihood: str, num_samples: int, chunk: int = 100) -> Callable:
+def create_iwae_fn(model, likelihood: str, num_samples: int, *, chunk: int = 100) -> Callable:
     """Jitted `iwae(variables, images f32[B, 784], labels i32[B], key) -> log p(x|y) bound [B]`.
 
     The K = num_samples samples are evaluated `chunk` at a time (K is padded up to a multiple of
@@ -68,8 +70,8 @@ def create_iwae_fn(model, likelihood: str, num_samples: int, chunk: int = 100) -
     @jax.jit
     def iwae(variables, images, labels, key):
         def body(chunk_indices):
-            weights = log_weights(model, variables, images, labels, key, chunk_indices,
-                                  likelihood)
+            weights = log_weights(model, variables, images=images, labels=labels, key=key,
+                                  indices=chunk_indices, likelihood=likelihood)
             return jnp.where((chunk_indices < num_samples)[:, None], weights, -jnp.inf)
 
         weights = jax.lax.map(body, indices).reshape(padded, -1)
@@ -78,7 +80,7 @@ def create_iwae_fn(model, likelihood: str, num_samples: int, chunk: int = 100) -
     return iwae
 
 
-def create_label_table_fn(model, likelihood: str, num_samples: int, chunk: int = 10
+def create_label_table_fn(model, likelihood: str, num_samples: int, *, chunk: int = 10
                           ) -> Callable:
     """Jitted `table(variables, images f32[B, 784], key) -> f32[B, 10]`: the K-sample bound on
     log p(x | y) for every label y in one batched pass of 10 B rows (row b * 10 + y is image b
@@ -107,14 +109,13 @@ def create_label_table_fn(model, likelihood: str, num_samples: int, chunk: int =
     return table
 
 
-@jax.jit
-def binarize(key: jax.Array, images_u8: jax.Array) -> jax.Array:
-    """Dynamic binarisation of uint8 pixels: x ~ Bernoulli(pixel / 255), float32[B, 784]."""
-    probs = images_u8.reshape(images_u8.shape[0], -1).astype(jnp.float32) / 255.0
-    return jax.random.bernoulli(key, probs).astype(jnp.float32)
+def binarize_levels(key: jax.Array, images_u8) -> jax.Array:
+    """uint8 pixels [B, 28, 28] or [B, 784] -> a binarised draw, float32[B, 784]
+    (`cvae.model.binarization`)."""
+    return binarize(key, to_unit(jnp.asarray(images_u8).reshape(len(images_u8), -1)))
 
 
-def test_set_bounds(model, variables: dict, images_u8: np.ndarray, labels: np.ndarray,
+def test_set_bounds(model, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
                     key: jax.Array, num_samples: int, marginal_samples: int,
                     batch_size: int = 100, chunk: int = 100,
                     likelihood: str = "bernoulli") -> dict[str, np.ndarray]:
@@ -125,9 +126,9 @@ def test_set_bounds(model, variables: dict, images_u8: np.ndarray, labels: np.nd
     "log_px_given_label": [N, 10] (the same with the true label's column the K-sample figure),
     "log_px": [N]} — or only the first when marginal_samples is 0.
     """
-    cond_fn = create_iwae_fn(model, likelihood, num_samples, chunk)
+    cond_fn = create_iwae_fn(model, likelihood, num_samples, chunk=chunk)
     table_fn = (create_label_table_fn(model, likelihood, marginal_samples,
-                                      max(1, chunk // NUM_CLASSES))
+                                      chunk=max(1, chunk // NUM_CLASSES))
                 if marginal_samples else None)
     binarize_key, sample_key = jax.random.split(key)
     n = len(images_u8)
@@ -135,8 +136,8 @@ def test_set_bounds(model, variables: dict, images_u8: np.ndarray, labels: np.nd
     for i, start in enumerate(range(0, n, batch_size)):
         rows = slice(start, min(start + batch_size, n))
         pad = batch_size - (rows.stop - rows.start)
-        x = binarize(jax.random.fold_in(binarize_key, i),
-                     jnp.asarray(np.pad(images_u8[rows].reshape(-1, 784), ((0, pad), (0, 0)))))
+        x = binarize_levels(jax.random.fold_in(binarize_key, i),
+                            np.pad(images_u8[rows].reshape(-1, IMAGE_PIXELS), ((0, pad), (0, 0))))
         y = jnp.asarray(np.pad(labels[rows], (0, pad)), jnp.int32)
         batch_key = jax.random.fold_in(sample_key, i)
         conditional.append(np.asarray(cond_fn(variables, x, y, batch_key))[:batch_size - pad])

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import to_unit
 
 INK = 0.5  # a pixel is ink at or above this intensity (for stroke width)
 ATTRIBUTES = ("slant", "stroke_width")
@@ -82,7 +83,8 @@ def measure(images: np.ndarray) -> dict[str, np.ndarray]:
     return {"slant": slant(images), "stroke_width": stroke_width(images)}
 
 
-def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
+def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
+           seed: int = 0) -> dict:
     """Every figure of the module docstring for the test digits `images_u8` (uint8[N, 28, 28]).
 
     The swaps are made as `POST /transfer` makes them (`sampler.swap`: carried to the target
@@ -101,7 +103,7 @@ def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray, seed:
     floor_targets = targets.reshape(count, -1)[np.arange(count), np.arange(count) % len(shifts)]
     noise = np.asarray(jax.random.normal(jax.random.key(seed), (count, sampler.latent_dim)))
     prior = sampler.decode(noise, floor_targets)
-    real = images_u8.astype(np.float32) / 255.0
+    real = to_unit(images_u8)
     source_style = {name: standardised(values, labels) for name, values in measure(real).items()}
     references = {
         name: {"reconstruction_r": correlation(source_style[name],

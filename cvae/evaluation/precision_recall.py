@@ -65,7 +65,7 @@ def nearest_distances(queries: np.ndarray, support: np.ndarray) -> np.ndarray:
     return nearest
 
 
-def precision_recall(real: np.ndarray, generated: np.ndarray, k: int = PRECISION_RECALL_K,
+def precision_recall(real: np.ndarray, generated: np.ndarray, *, k: int = PRECISION_RECALL_K,
                      coverage_k: int = COVERAGE_K) -> dict[str, float]:
     """{"precision", "recall", "coverage"} of `generated` against `real`, feature arrays [N, D]."""
     real = np.asarray(real, np.float64)

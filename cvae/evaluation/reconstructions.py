@@ -34,8 +34,9 @@ def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray,
     labels = np.asarray(labels)
     _, reference_features = classifier.logits_and_features(images_u8[1::2])
     rebuilt = reconstruct(sampler, images_u8[0::2], labels[0::2])
-    result = {**fidelity.score_images(classifier, rebuilt, labels[0::2], reference_features,
-                                      labels[1::2]),
+    result = {**fidelity.score_images(classifier, rebuilt, labels[0::2],
+                                      reference_features=reference_features,
+                                      reference_labels=labels[1::2]),
               "digits": int(len(rebuilt)),
               "protocol": "even-indexed half, own label, posterior mean; vs the odd half"}
     if samples_fd is not None:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.config import NUM_CLASSES
+from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, save_png
 from cvae.model.networks import CVAE, pixel_means
 from cvae.sampling.sampler import create_sampler
@@ -45,13 +46,13 @@ def report_shapes() -> dict[str, tuple[int, int]]:
     }
 
 
-def _decode_soft(model: CVAE, variables: dict, z: jax.Array, onehot: jax.Array) -> np.ndarray:
-    logits = model.apply(variables, z, onehot, False, method=lambda m, *a: m.decoder(*a))
-    return np.asarray(pixel_means(logits)).reshape(-1, 28, 28)
+def _decode_soft(model: CVAE, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
+    logits = model.apply(variables, z, onehot, method=lambda m, *a: m.decoder(*a, train=False))
+    return np.asarray(pixel_means(logits)).reshape(-1, *IMAGE_SHAPE)
 
 
-def _posterior_means(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray):
-    x = jnp.asarray(images_u8.reshape(len(images_u8), -1), jnp.float32) / 255.0
+def _posterior_means(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray):
+    x = to_unit(jnp.asarray(images_u8.reshape(len(images_u8), -1)))
     mean, _ = model.apply(variables, x, jnp.asarray(labels, jnp.int32), method=CVAE.encode)
     return mean
 
@@ -67,12 +68,13 @@ def _one_per_digit(labels: np.ndarray, count: int, rng: np.random.Generator) -> 
     return np.asarray(picks)
 
 
-def reconstructions(model, variables, images_u8, labels, rng) -> np.ndarray:
+def reconstructions(model, variables, *, images_u8, labels, rng) -> np.ndarray:
     """float[2 * RECON_ROW_PAIRS * RECON_COLS, 28, 28]: input rows above output rows."""
     picks = _one_per_digit(labels, RECON_COLS * RECON_ROW_PAIRS, rng)
-    mean = _posterior_means(model, variables, images_u8[picks], labels[picks])
-    outputs = _decode_soft(model, variables, mean, jax.nn.one_hot(labels[picks], NUM_CLASSES))
-    inputs = images_u8[picks].reshape(-1, 28, 28).astype(np.float32) / 255.0
+    mean = _posterior_means(model, variables, images_u8=images_u8[picks], labels=labels[picks])
+    outputs = _decode_soft(model, variables, z=mean, onehot=jax.nn.one_hot(labels[picks],
+                                                                           NUM_CLASSES))
+    inputs = to_unit(images_u8[picks].reshape(-1, *IMAGE_SHAPE))
     rows = []
     for pair in range(RECON_ROW_PAIRS):
         cols = slice(pair * RECON_COLS, (pair + 1) * RECON_COLS)
@@ -80,38 +82,43 @@ def reconstructions(model, variables, images_u8, labels, rng) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def label_swap(model, variables, images_u8, labels, rng) -> np.ndarray:
+def label_swap(model, variables, *, images_u8, labels, rng) -> np.ndarray:
     picks = _one_per_digit(labels, SWAP_ROWS, rng)
-    mean = np.asarray(_posterior_means(model, variables, images_u8[picks], labels[picks]))
+    mean = np.asarray(_posterior_means(model, variables, images_u8=images_u8[picks],
+                                       labels=labels[picks]))
     z = np.repeat(mean, NUM_CLASSES, axis=0)
     onehot = np.tile(np.eye(NUM_CLASSES, dtype=np.float32), (SWAP_ROWS, 1))
-    decoded = _decode_soft(model, variables, z, onehot).reshape(SWAP_ROWS, NUM_CLASSES, 28, 28)
-    inputs = images_u8[picks].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
-    return np.concatenate([inputs, decoded], axis=1).reshape(-1, 28, 28)
+    decoded = _decode_soft(model, variables, z=z, onehot=onehot).reshape(SWAP_ROWS, NUM_CLASSES,
+                                                                *IMAGE_SHAPE)
+    inputs = to_unit(images_u8[picks].reshape(-1, 1, *IMAGE_SHAPE))
+    return np.concatenate([inputs, decoded], axis=1).reshape(-1, *IMAGE_SHAPE)
 
 
-def interpolation(model, variables, images_u8, labels, rng) -> np.ndarray:
+def interpolation(model, variables, *, images_u8, labels, rng) -> np.ndarray:
     starts = _one_per_digit(labels, INTERP_ROWS, rng)
     ends = _one_per_digit(labels, INTERP_ROWS + 3, rng)[3:]  # a different digit at the far end
-    mean_a = np.asarray(_posterior_means(model, variables, images_u8[starts], labels[starts]))
-    mean_b = np.asarray(_posterior_means(model, variables, images_u8[ends], labels[ends]))
+    mean_a = np.asarray(_posterior_means(model, variables, images_u8=images_u8[starts],
+                                         labels=labels[starts]))
+    mean_b = np.asarray(_posterior_means(model, variables, images_u8=images_u8[ends],
+                                         labels=labels[ends]))
     alphas = np.linspace(0.0, 1.0, INTERP_STEPS, dtype=np.float32)[None, :, None]
     z = (1 - alphas) * mean_a[:, None] + alphas * mean_b[:, None]
     eye = np.eye(NUM_CLASSES, dtype=np.float32)
     onehot = (1 - alphas) * eye[labels[starts]][:, None] + alphas * eye[labels[ends]][:, None]
-    decoded = _decode_soft(model, variables, z.reshape(-1, z.shape[-1]),
-                           onehot.reshape(-1, NUM_CLASSES)).reshape(INTERP_ROWS, -1, 28, 28)
-    first = images_u8[starts].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
-    last = images_u8[ends].reshape(-1, 1, 28, 28).astype(np.float32) / 255.0
-    return np.concatenate([first, decoded, last], axis=1).reshape(-1, 28, 28)
+    decoded = _decode_soft(model, variables, z=z.reshape(-1, z.shape[-1]),
+                           onehot=onehot.reshape(-1, NUM_CLASSES)).reshape(INTERP_ROWS, -1,
+                                                                           *IMAGE_SHAPE)
+    first = to_unit(images_u8[starts].reshape(-1, 1, *IMAGE_SHAPE))
+    last = to_unit(images_u8[ends].reshape(-1, 1, *IMAGE_SHAPE))
+    return np.concatenate([first, decoded, last], axis=1).reshape(-1, *IMAGE_SHAPE)
 
 
 def temperature_sweep(sampler, seed: int) -> np.ndarray:
-    return np.concatenate([sampler.sample_images(None, TEMPERATURE_SAMPLES, seed, t)
+    return np.concatenate([sampler.sample_images(None, TEMPERATURE_SAMPLES, seed, temperature=t)
                            for t in TEMPERATURES])
 
 
-def write_reports(model: CVAE, variables: dict, images_u8: np.ndarray, labels: np.ndarray,
+def write_reports(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
                   out_dir: str | Path, seed: int = 0) -> dict[str, str]:
     """Write the four PNGs into out_dir; returns {name: path}. images_u8: uint8[N, 28, 28]."""
     out_dir = Path(out_dir)
@@ -119,12 +126,12 @@ def write_reports(model: CVAE, variables: dict, images_u8: np.ndarray, labels: n
     labels = np.asarray(labels)
     sampler = create_sampler(model, model.config, variables)
     grids = {
-        "reconstructions.png": reconstructions(model, variables, images_u8, labels,
-                                               np.random.default_rng(seed)),
-        "label_swap.png": label_swap(model, variables, images_u8, labels,
-                                     np.random.default_rng(seed + 1)),
-        "interpolation.png": interpolation(model, variables, images_u8, labels,
-                                           np.random.default_rng(seed + 2)),
+        "reconstructions.png": reconstructions(model, variables, images_u8=images_u8, labels=labels,
+                                               rng=np.random.default_rng(seed)),
+        "label_swap.png": label_swap(model, variables, images_u8=images_u8, labels=labels,
+                                     rng=np.random.default_rng(seed + 1)),
+        "interpolation.png": interpolation(model, variables, images_u8=images_u8, labels=labels,
+                                           rng=np.random.default_rng(seed + 2)),
         "temperature.png": temperature_sweep(sampler, seed),
     }
     paths = {}

@@ -1,8 +1,9 @@
-"""Evaluation, in one place: the per-epoch test metrics of training, and `cvae eval`.
+"""`cvae eval`: how good a checkpoint is, from its directory alone, on the test set.
 
-`create_eval_step` + `evaluate` give exact test-set averages of the training objective
-(`cvae.model.losses.objective`, free bits included) and its terms; the loop calls them every epoch
-and `cvae eval` once. `run_eval` is `cvae eval`: how good a checkpoint is, from its directory alone.
+Training never reads the test set: its per-epoch figures come from the validation split
+(`cvae.training.validation`, whose `create_eval_step` + `evaluate` give the ELBO terms here too).
+`run_eval` reads the model for inference (`cvae.model.store.load_trained_model`) and the test
+images, and scores them.
 
 Figures (all on the test set; every one lands in the JSON, the main ones in a table on stdout):
 - ELBO terms (reconstruction, KL, total) and active latent units (per-dimension KL > 0.01 nats).
@@ -11,19 +12,17 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
   samples) and marginal -log p(x) = -logsumexp_y' [log p(x|y') - log 10] (the true label's
   K-sample term plus `iwae_k_marginal` samples for each other label), with the built-in check
   -log p(x|y') bounds in `cvae.evaluation.iwae.check_marginal`.
-- Sample fidelity scored by the cached MNIST classifier (`cvae.evaluation.fidelity`): conditional
-accuracy
-  and Fréchet distance of samples, overall and per digit, beside real test digits.
-- Label swap (`cvae.evaluation.label_swap`): test digits re-decoded with every other label, read by
-the
-  same classifier, and how much of their slant and stroke width survives.
+- Sample fidelity scored by the cached MNIST classifier (`cvae.evaluation.fidelity`):
+  conditional accuracy and Fréchet distance of samples, overall and per digit, beside real test
+  digits.
+- Label swap (`cvae.evaluation.label_swap`): test digits re-decoded with every other label, read
+  by the same classifier, and how much of their slant and stroke width survives.
 - Reconstructions of test digits scored like the samples (`cvae.evaluation.reconstructions`):
   the floor no prior can beat, and the samples' FD against it.
 - Visual reports (`cvae.evaluation.reports`) next to the JSON, or in --report-dir.
 - A model trained with `--labels N` (`cvae.evaluation.classification`): the test error of its
-classifier
-  q(y|x), and of the generative classifier argmax_y p(x|y) (IWAE, --iwae-k-marginal samples for
-  every label; 0 = skip).
+  classifier q(y|x), and of the generative classifier argmax_y p(x|y) (IWAE, --iwae-k-marginal
+  samples for every label; 0 = skip).
 
 Cost on 2 CPU cores (default model, 10000 test examples): the bounds decode K + 9 * K_marginal
 latents per example; K=1000, K_marginal=10 took 503 s (9 min for the whole command, classifier
@@ -44,78 +43,21 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
-                             reports)
-from cvae.training.checkpoints import load_checkpoint
-from cvae.config import NUM_CLASSES, Config
+from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.errors import ConfigError
-from cvae.model.losses import kl_divergence, kl_per_dimension, objective, reconstruction
-from cvae.model.networks import CVAE, create_model
+from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
+                             reports)
+from cvae.model.networks import create_model
+from cvae.model.store import load_trained_model
 from cvae.sampling.sampler import create_sampler
-from cvae.training.step import eval_key, maybe_binarize, run_key, to_batch
-
-ACTIVE_UNIT_NATS = 0.01  # a latent dimension is active when its mean KL exceeds this
-
-
-def create_eval_step(model: CVAE, config: Config) -> Callable:
-    """`eval_step(variables, images_u8, labels, mask, key) -> per-batch sums of each term`.
-
-    Sums (not means) so batches of unequal size combine exactly; `mask` marks real rows of the
-    padded last batch. Evaluation binarises like training and draws one z per example.
-    """
-
-    @jax.jit
-    def eval_step(variables, images, labels, mask, key):
-        binarize_key, z_key = jax.random.split(key)
-        batch = to_batch(images, labels)
-        x = maybe_binarize(binarize_key, batch["image"], config)
-        logits, mean, logvar = model.apply(variables, x, batch["label"], z_key, train=False)
-        return {
-            "reconstruction": jnp.sum(reconstruction(logits, x, config.likelihood) * mask),
-            "kl": jnp.sum(kl_divergence(mean, logvar) * mask),
-            "kl_per_dim": jnp.sum(kl_per_dimension(mean, logvar) * mask[:, None], axis=0),
-            "count": jnp.sum(mask),
-        }
-
-    return eval_step
-
-
-def evaluate(eval_step: Callable, variables: dict, images: jax.Array, labels: jax.Array,
-             key: jax.Array, batch_size: int, config: Config) -> dict[str, float]:
-    """Exact averages over `images`: {reconstruction, kl, loss, neg_elbo, active_units}.
-
-    "loss" is the training objective with the final KL weight; with free bits, the floor applies
-    to each dimension's mean KL over the whole set, so the figure does not depend on
-    `batch_size`. "kl" is unweighted and "neg_elbo" = reconstruction + kl.
-    """
-    n = images.shape[0]
-    base_key = eval_key(key)
-    totals = None
-    for i, start in enumerate(range(0, n, batch_size)):
-        stop = min(start + batch_size, n)
-        pad = batch_size - (stop - start)
-        rows = jnp.pad(images[start:stop], ((0, pad), (0, 0)))
-        row_labels = jnp.pad(labels[start:stop], (0, pad))
-        mask = (jnp.arange(batch_size) < stop - start).astype(jnp.float32)
-        sums = eval_step(variables, rows, row_labels, mask, jax.random.fold_in(base_key, i))
-        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-    totals = jax.device_get(totals)
-    count = float(totals["count"])
-    result = {name: float(totals[name]) / count for name in ("reconstruction", "kl")}
-    kl_per_dim = totals["kl_per_dim"] / count
-    result["loss"] = float(objective(result["reconstruction"], result["kl"], kl_per_dim,
-                                     kl_weight=config.kl_weight, free_bits=config.free_bits))
-    result["neg_elbo"] = result["reconstruction"] + result["kl"]
-    result["active_units"] = int(np.sum(kl_per_dim > ACTIVE_UNIT_NATS))
-    return result
-
+from cvae.training.step import run_key
+from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
 
 # Issue 14's goal for the default against the seed preset, scored in the same `cvae eval` run.
 FD_RATIO_TARGET = 0.15
@@ -143,13 +85,14 @@ def elbo_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray) -> dict[
     """Reconstruction, KL, loss, negative ELBO (nats) and active units on the given test rows."""
     config = checkpoint.config
     eval_step = create_eval_step(create_model(config), config)
-    return evaluate(eval_step, checkpoint.state.eval_variables(),
-                    jnp.asarray(images_u8.reshape(len(labels), -1)), jnp.asarray(labels, jnp.int32),
-                    run_key(config.seed), min(config.eval_batch_size, len(labels)), config)
+    return evaluate(eval_step, checkpoint.variables,
+                    images=jnp.asarray(images_u8.reshape(len(labels), -1)),
+                    labels=jnp.asarray(labels, jnp.int32), key=run_key(config.seed),
+                    batch_size=min(config.eval_batch_size, len(labels)), config=config)
 
 
 def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
-                 options: EvalOptions) -> dict:
+                 *, options: EvalOptions) -> dict:
     config = checkpoint.config
     if config.likelihood != "bernoulli" or options.iwae_k == 0:
         why = ("IWAE NLL is defined for the bernoulli likelihood only"
@@ -159,9 +102,9 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     if options.iwae_limit:
         images_u8, labels = images_u8[:options.iwae_limit], labels[:options.iwae_limit]
     bounds = iwae.test_set_bounds(
-        create_model(config), checkpoint.state.eval_variables(), images_u8, labels,
-        jax.random.key(options.seed), options.iwae_k, options.iwae_k_marginal,
-        chunk=options.iwae_chunk)
+        create_model(config), checkpoint.variables, images_u8=images_u8, labels=labels,
+        key=jax.random.key(options.seed), num_samples=options.iwae_k,
+        marginal_samples=options.iwae_k_marginal, chunk=options.iwae_chunk)
     result = {"k": options.iwae_k, "k_marginal_other_labels": options.iwae_k_marginal,
               "examples": int(len(labels)), "binarization": f"dynamic, seed {options.seed}",
               "nll_conditional": float(-bounds["log_px_given_y"].mean())}
@@ -180,19 +123,20 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
-def sample_scores(checkpoint, classifier, reference_features, reference_labels,
+def sample_scores(checkpoint, classifier, *, reference_features, reference_labels,
                   options: EvalOptions) -> dict:
     """The checkpoint's samples (`samples_per_digit` per label, `options.seed`) scored."""
     sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
-                             checkpoint.state.eval_variables(), checkpoint.step, block_rows=500)
+                             checkpoint.variables, step=checkpoint.step, block_rows=500)
     samples = sampler.sample_images(None, options.samples_per_digit, options.seed)
     sample_labels = np.repeat(np.arange(NUM_CLASSES), options.samples_per_digit)
-    scores = fidelity.score_images(classifier, samples, sample_labels, reference_features,
-                                   reference_labels)
+    scores = fidelity.score_images(classifier, samples, sample_labels,
+                                   reference_features=reference_features,
+                                   reference_labels=reference_labels)
     return {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0}
 
 
-def fidelity_metrics(checkpoint, images_u8, labels, options: EvalOptions, classifier,
+def fidelity_metrics(checkpoint, images_u8, labels, *, options: EvalOptions, classifier,
                      baseline=None) -> dict:
     # Samples and the reference half are compared with the same (odd-indexed) half of the test
     # set, at about the same size, so the Fréchet distances share their small-sample bias.
@@ -217,7 +161,7 @@ def fidelity_metrics(checkpoint, images_u8, labels, options: EvalOptions, classi
 
 
 def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
-                        classifier_dir: str | None, baseline=None) -> dict:
+                        *, classifier_dir: str | None, baseline=None) -> dict:
     """Every figure for `checkpoint`; `baseline` (another checkpoint) gets its samples scored
     beside ours."""
     limit = options.test_limit or len(data.test_labels)
@@ -226,18 +170,19 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     results = {"step": checkpoint.step, "likelihood": config.likelihood,
                "latent_dim": config.latent_dim, "test_examples": int(limit),
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
-    results.update(iwae_metrics(checkpoint, images_u8, labels, options))
+    results.update(iwae_metrics(checkpoint, images_u8, labels, options=options))
     results.update(classification.classification_metrics(
-        checkpoint, images_u8, labels, options.iwae_k_marginal, options.seed))
+        checkpoint, images_u8, labels, num_samples=options.iwae_k_marginal, seed=options.seed))
     if options.fidelity:
         classifier = fidelity.load_or_train_classifier(
             data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
-        results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options,
-                                               classifier, baseline)
-        sampler = create_sampler(create_model(config), config, checkpoint.state.eval_variables(),
-                                 checkpoint.step, block_rows=500)
-        results["label_swap"] = label_swap.scores(sampler, classifier, images_u8, labels,
-                                                  options.seed)
+        results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options=options,
+                                               classifier=classifier, baseline=baseline)
+        sampler = create_sampler(create_model(config), config, checkpoint.variables,
+                                 step=checkpoint.step, block_rows=500)
+        results["label_swap"] = label_swap.scores(sampler, classifier, images_u8=images_u8,
+                                                  labels=labels,
+                                                  seed=options.seed)
         results["fidelity"]["reconstructions"] = reconstructions.scores(
             sampler, classifier, images_u8, labels, results["fidelity"]["samples"]["fd"])
     return results
@@ -311,24 +256,26 @@ def _finite(value):
     return value
 
 
-def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions,
+def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions, *,
              json_path: str | Path | None = None, baseline_dir: str | Path | None = None) -> dict:
     """`cvae eval`: score the newest checkpoint in `checkpoint_dir`, print the table, write the
     JSON (and the report PNGs beside it, or in `options.report_dir`). Returns the results."""
     if baseline_dir and not options.fidelity:
         raise ConfigError("--baseline-dir: compares sample fidelity, so it cannot go with "
                           "--no-fidelity")
-    checkpoint = load_checkpoint(checkpoint_dir)
+    checkpoint = load_trained_model(checkpoint_dir)
     data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
     classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
-    baseline = load_checkpoint(baseline_dir) if baseline_dir else None
-    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir, baseline)
+    baseline = load_trained_model(baseline_dir) if baseline_dir else None
+    results = evaluate_checkpoint(checkpoint, data, options, classifier_dir=classifier_dir,
+                                  baseline=baseline)
     report_dir = options.report_dir or (str(Path(json_path).parent) if json_path else None)
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)
         results["reports"] = reports.write_reports(
-            create_model(checkpoint.config), checkpoint.state.eval_variables(),
-            data.test_images[:limit], data.test_labels[:limit], report_dir, options.seed)
+            create_model(checkpoint.config), checkpoint.variables,
+            images_u8=data.test_images[:limit], labels=data.test_labels[:limit],
+            out_dir=report_dir, seed=options.seed)
     print(summary_table(results))
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,7 @@ def objective(reconstruction_mean, kl_mean, kl_per_dim_mean, *, kl_weight,
     return reconstruction_mean + kl_weight * kl_mean
 
 
-def vae_loss(logits, targets, mean, logvar, *, likelihood: str, kl_weight, free_bits: float = 0.0):
+def vae_loss(logits, targets, *, mean, logvar, likelihood: str, kl_weight, free_bits: float = 0.0):
     """Batch-mean loss and its terms. Returns (loss, {"reconstruction", "kl", "loss"}).
 
     "kl" is the unweighted, unfloored KL; "loss" is what the gradient is taken of.

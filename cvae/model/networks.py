@@ -18,9 +18,7 @@ import jax.numpy as jnp
 from cvae.model import learned_prior
 from cvae.model import prior as prior_lib
 from cvae.config import NUM_CLASSES, Config
-from cvae.data.load import IMAGE_SHAPE
-
-IMAGE_PIXELS = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE
 
 ACTIVATION_FNS: dict[str, Callable] = {
     "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
@@ -47,7 +45,7 @@ class _Block(nn.Module):
     batch_norm: bool
 
     @nn.compact
-    def __call__(self, h: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, h: jax.Array, *, train: bool) -> jax.Array:
         h = nn.Dense(self.width)(h)
         if self.batch_norm:
             h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
@@ -63,7 +61,7 @@ def image_features(images: jax.Array, architecture: str, act: Callable) -> jax.A
     `__call__`, so its layers are that module's own (Conv_0, Conv_1)."""
     if architecture != "conv":
         return images
-    h = images.reshape(-1, 28, 28, 1)
+    h = images.reshape(-1, *IMAGE_SHAPE, 1)
     h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
     h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
     return h.reshape(h.shape[0], -1)
@@ -73,14 +71,14 @@ class Encoder(nn.Module):
     config: Config
 
     @nn.compact
-    def __call__(self, images: jax.Array, onehot: jax.Array, train: bool):
+    def __call__(self, images: jax.Array, onehot: jax.Array, *, train: bool):
         """images: float32[B, 784] in [0, 1]; onehot: float32[B, 10] -> mean, logvar [B, L]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
         h = image_features(images, cfg.architecture, act)
         h = jnp.concatenate([h, onehot], axis=-1)
         for width in cfg.hidden_sizes:
-            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train=train)
         mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.latent_dim)(h), 2, axis=-1)
         return mean, soft_clamp(raw_logvar, cfg.logvar_bound)
 
@@ -89,7 +87,7 @@ class Decoder(nn.Module):
     config: Config
 
     @nn.compact
-    def __call__(self, z: jax.Array, onehot: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, z: jax.Array, onehot: jax.Array, *, train: bool) -> jax.Array:
         """z: float32[B, L]; onehot: float32[B, 10] -> pixel logits float32[B, 784]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
@@ -98,7 +96,7 @@ class Decoder(nn.Module):
         for width in widths[1:]:
             if cfg.label_conditioning == "every":  # the label reaches every layer, not just one
                 h = jnp.concatenate([h, onehot], axis=-1)
-            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train=train)
         if cfg.label_conditioning == "every":
             h = jnp.concatenate([h, onehot], axis=-1)
         if cfg.architecture == "conv":
@@ -116,13 +114,13 @@ class Classifier(nn.Module):
     config: Config
 
     @nn.compact
-    def __call__(self, images: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
         """images: float32[B, 784] in [0, 1] -> logits float32[B, 10]."""
         cfg = self.config
         act = ACTIVATION_FNS[cfg.activation]
         h = image_features(images, cfg.architecture, act)
         for width in cfg.hidden_sizes:
-            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train)
+            h = _Block(width, cfg.activation, cfg.dropout_rate, cfg.batch_norm)(h, train=train)
         return nn.Dense(NUM_CLASSES)(h)
 
 
@@ -137,11 +135,16 @@ class CVAE(nn.Module):
 
     config: Config
 
+    @property
+    def has_classifier(self) -> bool:
+        """Whether the model learns q(y|x): trained with few labels (`--labels N`), not all."""
+        return self.config.labelled_count is not None
+
     def setup(self):
         self.encoder = Encoder(self.config)
         self.decoder = Decoder(self.config)
         cfg = self.config
-        if cfg.labelled_count is not None:  # only with few labels: `--labels all` has none
+        if self.has_classifier:
             self.classifier = Classifier(cfg)
         # Declared only where it exists (init, or variables that carry it): the train step
         # applies the model without it.
@@ -155,15 +158,15 @@ class CVAE(nn.Module):
             self.learned = learned_prior.GaussianMixturePrior(
                 cfg.prior_components, cfg.latent_dim, logvar_bound=cfg.logvar_bound)
 
-    def encode(self, images: jax.Array, labels: jax.Array, train: bool = False):
-        return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train)
+    def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
+        return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train=train)
 
-    def decode(self, z: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
-        return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train)
+    def decode(self, z: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
+        return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train=train)
 
-    def classify(self, images: jax.Array, train: bool = False) -> jax.Array:
+    def classify(self, images: jax.Array, *, train: bool = False) -> jax.Array:
         """Logits of q(y | x), float32[B, 10]; only for a model trained with `--labels N`."""
-        return self.classifier(images, train)
+        return self.classifier(images, train=train)
 
     def init_semi_supervised(self, images, labels, z_key):
         """Touch every part (the VAE and q(y|x)) so `init` creates all their parameters."""
@@ -192,14 +195,14 @@ class CVAE(nn.Module):
             return -0.5 * jnp.sum(jnp.square(z) + prior_lib.LOG_2PI, axis=-1)
         return prior_lib.log_density(self.mixture.value, z, labels)
 
-    def __call__(self, images: jax.Array, labels: jax.Array, z_key: jax.Array,
+    def __call__(self, images: jax.Array, labels: jax.Array, z_key: jax.Array, *,
                  train: bool = False):
         """-> (pixel logits [B, 784], mean [B, L], logvar [B, L])."""
-        mean, logvar = self.encode(images, labels, train)
+        mean, logvar = self.encode(images, labels, train=train)
         if self.is_initializing():  # a learned prior's parameters are created with the rest
             self.prior_mixture()
         z = reparameterize(z_key, mean, logvar)
-        return self.decode(z, labels, train), mean, logvar
+        return self.decode(z, labels, train=train), mean, logvar
 
 
 def prior_components(config: Config) -> int:
@@ -226,6 +229,6 @@ def init_variables(model: CVAE, key: jax.Array) -> dict:
     images = jnp.zeros((1, IMAGE_PIXELS), jnp.float32)
     labels = jnp.zeros((1,), jnp.int32)
     rngs = {"params": params_key, "dropout": dropout_key}
-    if model.config.labelled_count is None:
+    if not model.has_classifier:
         return model.init(rngs, images, labels, z_key)
     return model.init(rngs, images, labels, z_key, method=CVAE.init_semi_supervised)

@@ -26,6 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cvae.data.pixels import to_unit
+from cvae.model.binarization import binarize
+
 COLLECTION, VARIABLE = "prior", "mixture"  # variables["prior"]["mixture"] holds the mixture
 _COMPONENT_SCALE = 1000.0  # frac(1000 * noise[0]) picks the component
 _COVARIANCE_FLOOR = 1e-4  # added to each covariance's diagonal: no component collapses
@@ -62,7 +65,8 @@ def log_density(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Array:
     return jax.nn.logsumexp(jnp.log(prior["weights"][labels]) + log_normal, axis=-1)
 
 
-def create_fit_fn(encode_fn, components: int, codes: str = "samples", batch_size: int = 1000):
+def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
+                  batch_size: int = 1000):
     """`fit_fn(variables, images_u8 u8[N, 784], table, mask, key) -> prior` for a model whose
     `encode_fn(variables, images f32[B, 784], labels) -> (mean, logvar)`.
 
@@ -85,9 +89,8 @@ def create_fit_fn(encode_fn, components: int, codes: str = "samples", batch_size
         labels = jnp.pad(labels, (0, padding))
 
         def codes_of(start):
-            rows = jax.lax.dynamic_slice_in_dim(images_u8, start, size).astype(jnp.float32)
-            x = jax.random.bernoulli(jax.random.fold_in(binarize_key, start),
-                                     rows / 255.0).astype(jnp.float32)
+            rows = to_unit(jax.lax.dynamic_slice_in_dim(images_u8, start, size))
+            x = binarize(jax.random.fold_in(binarize_key, start), rows)
             mean, logvar = encode_fn(variables, x,
                                      jax.lax.dynamic_slice_in_dim(labels, start, size))
             if codes == "means":

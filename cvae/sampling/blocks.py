@@ -108,10 +108,10 @@ def block_signature(probes: list[Probe], variables: dict, size: int) -> bytes | 
         rows = np.random.default_rng(width).random((_TEST_ROWS, width), np.float32)
         labels = np.arange(_TEST_ROWS, dtype=np.int32) % _NUM_LABELS
         cycle = np.arange(size) % _TEST_ROWS  # distinct rows, each at every third position
-        mixed = _outputs(fn, variables, rows[cycle], labels[cycle])
+        mixed = _outputs(fn, variables, rows=rows[cycle], labels=labels[cycle])
         for row in range(_TEST_ROWS):
-            copies = _outputs(fn, variables, np.repeat(rows[row:row + 1], size, axis=0),
-                              np.full(size, labels[row], np.int32))
+            copies = _outputs(fn, variables, rows=np.repeat(rows[row:row + 1], size, axis=0),
+                              labels=np.full(size, labels[row], np.int32))
             for same, among in zip(copies, mixed):
                 expected = np.broadcast_to(same[:1], same.shape)
                 if not (np.array_equal(same, expected)
@@ -121,7 +121,7 @@ def block_signature(probes: list[Probe], variables: dict, size: int) -> bytes | 
     return digest.digest()
 
 
-def _outputs(fn: Callable, variables: dict, rows: np.ndarray, labels: np.ndarray
+def _outputs(fn: Callable, variables: dict, *, rows: np.ndarray, labels: np.ndarray
              ) -> list[np.ndarray]:
     """fn's outputs on one block, as unsigned integers (so bits compare, NaN and -0.0 too)."""
     out = fn(variables, rows, labels)

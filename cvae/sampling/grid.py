@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, IMAGE_SIDE, MAX_LEVEL
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, MAX_PAD, MAX_SCALE
 
-TILE = 28
 
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+def _check_int(name: str, value: object, low: int, *, high: int | None = None) -> int:
     """Returns `value` as an int, or raises ValueError naming `name` and the allowed range."""
     allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -35,24 +34,24 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
     return value
 
 
-def grid_shape(n: int, cols: int, scale: int = DEFAULT_SCALE,
+def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE,
                pad: int = DEFAULT_PAD) -> tuple[int, int]:
     """Returns (height, width) in px of the grid that `make_grid` builds for `n` images."""
     n = _check_int("n", n, 1)
     cols = _check_int("cols", cols, 1)
-    scale = _check_int("scale", scale, 1, MAX_SCALE)
-    pad = _check_int("pad", pad, 0, MAX_PAD)
+    scale = _check_int("scale", scale, 1, high=MAX_SCALE)
+    pad = _check_int("pad", pad, 0, high=MAX_PAD)
     rows = math.ceil(n / cols)
-    step = TILE * scale + pad
+    step = IMAGE_SIDE * scale + pad
     return rows * step + pad, cols * step + pad
 
 
 def _to_uint8(images: np.ndarray) -> np.ndarray:
     """images: float[N, 28, 28] or [N, 784] in [0, 1], or uint8 -> uint8[N, 28, 28]."""
     images = np.asarray(images)
-    if images.ndim == 2 and images.shape[1] == TILE * TILE:
-        images = images.reshape(-1, TILE, TILE)
-    if images.ndim != 3 or images.shape[1:] != (TILE, TILE):
+    if images.ndim == 2 and images.shape[1] == IMAGE_PIXELS:
+        images = images.reshape(-1, *IMAGE_SHAPE)
+    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
         raise ValueError(
             f"images must have shape [N, 28, 28] or [N, 784], got {list(images.shape)}"
         )
@@ -66,12 +65,12 @@ def _to_uint8(images: np.ndarray) -> np.ndarray:
         raise ValueError("images must not contain NaN")
     # Quantisation: clip to [0, 1], then np.round(x * 255), which rounds halves to even
     # (0.5 -> 127.5 -> 128); float32 is used so the result matches across input dtypes.
-    scaled = np.round(np.clip(images.astype(np.float32), 0.0, 1.0) * np.float32(255))
+    scaled = np.round(np.clip(images.astype(np.float32), 0.0, 1.0) * np.float32(MAX_LEVEL))
     return scaled.astype(np.uint8)
 
 
 def make_grid(
-    images: np.ndarray, cols: int, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
+    images: np.ndarray, cols: int, *, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
     pad_value: int = 0
 ) -> np.ndarray:
     """Tiles images row-major into one grayscale grid.
@@ -89,11 +88,11 @@ def make_grid(
     """
     tiles = _to_uint8(images)
     n = tiles.shape[0]
-    height, width = grid_shape(n, cols, scale, pad)
-    pad_value = _check_int("pad_value", pad_value, 0, 255)
+    height, width = grid_shape(n, cols, scale=scale, pad=pad)
+    pad_value = _check_int("pad_value", pad_value, 0, high=MAX_LEVEL)
     if scale > 1:
         tiles = tiles.repeat(scale, axis=1).repeat(scale, axis=2)
-    size = TILE * scale
+    size = IMAGE_SIDE * scale
     grid = np.full((height, width), pad_value, dtype=np.uint8)
     for index in range(n):
         row, col = divmod(index, cols)

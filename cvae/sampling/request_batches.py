@@ -2,7 +2,7 @@
 
 The service's batcher (service/batching.py) gathers whatever requests arrive together: prior
 samples (`cvae.sampling.sampler.LatentRequest`), latent walks (`cvae.sampling.walks`) and style
-transfers (`cvae.sampling.transfer.TransferRequest`, which need the encoder). `batch_rows`
+transfers (`cvae.sampling.transfer.TransferRequest`, which need the encoder). `request_rows`
 computes each kind's rows in one call per kind, in the batcher's worker thread; the batcher then
 decodes all prior draws in one `Sampler.decode` and all codes (`cvae.sampling.sampler.Codes`:
 transfers' posterior latents and walks' points) in one `Sampler.decode_codes`. Every step is
@@ -26,7 +26,7 @@ ROWS_BY_KIND: dict[type, Callable] = {
 }
 
 
-def batch_rows(requests: list, sampler: Sampler) -> list[tuple]:
+def request_rows(requests: list, sampler: Sampler) -> list[tuple]:
     """One (z f32[rows, L], labels i32[rows]) of prior draws per request, in order, or for a
     walk or transfer its `Codes` (a transfer's also carry the label its image was encoded
     with)."""

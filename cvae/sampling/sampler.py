@@ -21,16 +21,17 @@ import numpy as np
 from cvae.model import prior as prior_lib
 from cvae.sampling.blocks import DECODE_BLOCKS, block_check, plan_blocks
 from cvae.config import NUM_CLASSES, Config
+from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.losses import kl_divergence, reconstruction
-from cvae.model.networks import CVAE, IMAGE_PIXELS, create_model, pixel_means
+from cvae.model.networks import CVAE, create_model, pixel_means
 from cvae.model.transport import ClassTransport, class_transport
 
 DIGITS = tuple(range(NUM_CLASSES))
 
 
-def create_decode_fn(model: CVAE, config: Config, codes: bool = False) -> Callable:
+def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Callable:
     """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
 
     z is the sampling noise, N(0, t^2 I); the model's prior maps it to its latent (the identity
@@ -41,7 +42,7 @@ def create_decode_fn(model: CVAE, config: Config, codes: bool = False) -> Callab
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        return pixel_means(logits).reshape(-1, 28, 28)
+        return pixel_means(logits).reshape(-1, *IMAGE_SHAPE)
 
     return decode
 
@@ -79,10 +80,10 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
     return encode
 
 
-def create_classify_fn(model: CVAE, config: Config) -> Callable | None:
+def create_classify_fn(model: CVAE) -> Callable | None:
     """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> q(y|x) f32[B, 10]`, the
     classifier of a model trained with `--labels N`; None for a model without one."""
-    if config.labelled_count is None:
+    if not model.has_classifier:
         return None
 
     @jax.jit
@@ -92,17 +93,19 @@ def create_classify_fn(model: CVAE, config: Config) -> Callable | None:
     return classify
 
 
-def draw_latents(seed: int, digit: int, n: int, latent_dim: int, temperature: float) -> np.ndarray:
+def draw_latents(seed: int, digit: int, n: int, *, latent_dim: int,
+                 temperature: float) -> np.ndarray:
     """z ~ N(0, temperature^2 I): float32[n, latent_dim], a function of its arguments only."""
     key = jax.random.fold_in(jax.random.key(seed), digit)
     z = jax.random.normal(key, (n, latent_dim), jnp.float32) * jnp.float32(temperature)
     return np.asarray(z)
 
 
-def request_latents(seed: int, digits: tuple[int, ...], n: int, latent_dim: int,
+def request_latents(seed: int, digits: tuple[int, ...], n: int, *, latent_dim: int,
                     temperature: float) -> tuple[np.ndarray, np.ndarray]:
     """Latents and labels for n samples of each digit, digit-major: (f32[D*n, L], i32[D*n])."""
-    z = np.concatenate([draw_latents(seed, d, n, latent_dim, temperature) for d in digits])
+    z = np.concatenate([draw_latents(seed, d, n, latent_dim=latent_dim,
+                                     temperature=temperature) for d in digits])
     labels = np.repeat(np.asarray(digits, np.int32), n)
     return z, labels
 
@@ -255,13 +258,13 @@ class Sampler:
 
     def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
         out = self._in_blocks(decode_fn, z, labels)
-        return out[0] if out else np.zeros((0, 28, 28), np.float32)
+        return out[0] if out else np.zeros((0, *IMAGE_SHAPE), np.float32)
 
     def encode(self, images: np.ndarray, labels: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """uint8[B, 28, 28], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
         the same blocks as `decode`, so a row's values do not depend on its neighbours."""
-        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
         out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
         if out is None:
             latent = np.zeros((0, self.latent_dim), np.float32)
@@ -275,7 +278,7 @@ class Sampler:
         if self.classify_fn is None:
             raise ValueError("this checkpoint has no classifier q(y|x): it was trained with "
                              "every label (train with --labels N for one)")
-        x = np.asarray(images, np.float32).reshape(len(images), IMAGE_PIXELS) / np.float32(255)
+        x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
         out = self._in_blocks(self.classify_fn, x)
         return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)
 
@@ -302,15 +305,16 @@ class Sampler:
         self.check_blocks()
 
     def sample_images(self, digit: int | None, n: int, seed: int,
-                      temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
+                      *, temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
         digits = DIGITS if digit is None else (digit,)
-        z, labels = request_latents(seed, digits, n, self.config.latent_dim, temperature)
+        z, labels = request_latents(seed, digits, n, latent_dim=self.config.latent_dim,
+                                    temperature=temperature)
         return self.decode(z, labels)
 
     def sample_png(self, digit: int | None, n: int, seed: int,
-                   temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
+                   *, temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
                    scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD) -> bytes:
-        images = self.sample_images(digit, n, seed, temperature)
+        images = self.sample_images(digit, n, seed, temperature=temperature)
         return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
 
 
@@ -331,18 +335,16 @@ def load_sampler(checkpoint_dir, step: int | None = None,
     Its block sizes are verified on this machine (`Sampler.check_blocks`), which also compiles
     them: what `cvae sample`, the service and the tests use.
     """
-    # checkpoint -> model; imported here to keep this import light
-    from cvae.training.checkpoints import load_checkpoint
+    from cvae.model.store import load_trained_model  # Orbax: imported here, when first needed
 
-    checkpoint = load_checkpoint(checkpoint_dir, step)
-    model = create_model(checkpoint.config)
-    sampler = create_sampler(model, checkpoint.config, checkpoint.state.eval_variables(),
-                             checkpoint.step, block_rows)
+    trained = load_trained_model(checkpoint_dir, step)
+    sampler = create_sampler(create_model(trained.config), trained.config, trained.variables,
+                             step=trained.step, block_rows=block_rows)
     sampler.check_blocks()
     return sampler
 
 
-def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
+def create_sampler(model: CVAE, config: Config, variables: dict, *, step: int = 0,
                    block_rows: int | None = None) -> Sampler:
     """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`)."""
     blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
@@ -350,4 +352,4 @@ def create_sampler(model: CVAE, config: Config, variables: dict, step: int = 0,
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
                    encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
-                   prior_fn=prior_fn, classify_fn=create_classify_fn(model, config))
+                   prior_fn=prior_fn, classify_fn=create_classify_fn(model))

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.sampling.sampler import DIGITS, Codes, LatentRequest, Sampler, batch_latents
 
 
@@ -86,14 +87,13 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[
     return results
 
 
-def transfer_tiles(images: np.ndarray, request: TransferRequest, show_input: bool) -> np.ndarray:
+def transfer_tiles(images: np.ndarray, request: TransferRequest, *, show_input: bool) -> np.ndarray:
     """Decoded rows f32[rows, 28, 28] -> the grid's tiles: each draw's row of digits, led by
     the prepared input when `show_input` (so a default-width row is [input, d0, d1, ...])."""
     if not show_input:
         return images
     width = len(request.digits)
-    rows = images.reshape(-1, width, 28, 28)
-    first = np.broadcast_to(request.image.astype(np.float32) / np.float32(255),
-                            (len(rows), 1, 28, 28))
-    return np.concatenate([first, rows], axis=1).reshape(-1, 28, 28)
+    rows = images.reshape(-1, width, *IMAGE_SHAPE)
+    first = np.broadcast_to(to_unit(request.image), (len(rows), 1, *IMAGE_SHAPE))
+    return np.concatenate([first, rows], axis=1).reshape(-1, *IMAGE_SHAPE)
 

@@ -210,7 +210,7 @@ class Checkpointer(Callback):
 
     def save(self, run, metrics):
         try:
-            self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics)
+            self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics=metrics)
         except Exception as error:  # Orbax/TensorStore wrap OS errors in their own types
             if "No space left" not in str(error) and getattr(error, "errno", None) != ENOSPC:
                 raise
@@ -285,20 +285,20 @@ class TensorBoard(Callback):
 
 class LossCurve(Callback):
     """At the end of training, plots loss and KL per epoch from `metrics.jsonl` into
-    `loss_curve.png` (`cvae.evaluation.plots`): train, and each evaluated split."""
+    `loss_curve.png` (`cvae.training.loss_curve`): train, and each evaluated split."""
 
     def on_fit_end(self, run):
         path = Path(run.checkpoint_dir) / "metrics.jsonl"
         if not path.exists():
             return
         # imported here: matplotlib loads in ~0.3 s
-        from cvae.evaluation.plots import save_loss_curve
+        from cvae.training.loss_curve import save_loss_curve
 
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         save_loss_curve(records, Path(run.checkpoint_dir) / "loss_curve.png")
 
 
-def default_callbacks(config, progress: bool = True, writer: bool = True) -> list[Callback]:
+def default_callbacks(config, *, progress: bool = True, writer: bool = True) -> list[Callback]:
     """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step.
 
     With `writer=False` (every process but 0 of a multi-process run) only the callbacks that

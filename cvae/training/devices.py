@@ -38,7 +38,7 @@ def shard_batch(tree, mesh: Mesh):
     return jax.lax.with_sharding_constraint(tree, NamedSharding(mesh, PartitionSpec(DATA_AXIS)))
 
 
-def gather_rows(mesh: Mesh, arrays: tuple[jax.Array, ...], order: jax.Array, start,
+def gather_rows(mesh: Mesh, arrays: tuple[jax.Array, ...], order: jax.Array, *, start,
                 batch_size: int) -> tuple[jax.Array, ...]:
     """Rows order[start : start + batch_size] of each array, split over the mesh (inside jit).
 

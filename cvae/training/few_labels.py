@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from cvae.config import NUM_CLASSES, Config
+from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.errors import ResumeError
 from cvae.model.losses import kl_per_dimension, reconstruction
 from cvae.model.networks import CVAE
@@ -43,13 +44,13 @@ def shift_images(key: jax.Array, images: jax.Array, max_shift: int) -> jax.Array
     shifts = jax.random.randint(key, (images.shape[0], 2), -max_shift, max_shift + 1)
 
     def one(image, shift):
-        return jnp.roll(image.reshape(28, 28), shift, axis=(0, 1)).reshape(-1)
+        return jnp.roll(image.reshape(IMAGE_SHAPE), shift, axis=(0, 1)).reshape(-1)
 
     return jax.vmap(one)(images, shifts)
 
 
-def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unlabelled, z_key,
-                    train: bool, rngs: dict, mutable, shift_key: jax.Array | None = None):
+def per_label_terms(model: CVAE, variables: dict, *, x_labelled, y_labelled, x_unlabelled,
+                    z_key, train: bool, rngs: dict, mutable, shift_key: jax.Array | None = None):
     """One pass of the model over the labelled rows and every unlabelled row with each label.
 
     -> ((class logits f32[B, 10], reconstruction f32[R], KL f32[R, L] per dimension, n_l,
@@ -73,7 +74,7 @@ def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unla
                                                        config.classifier_shift)])
 
     def forward(module):
-        return module(targets, labels, z_key, train), module.classify(read, train)
+        return module(targets, labels, z_key, train=train), module.classify(read, train=train)
 
     ((logits, mean, logvar), class_logits), updates = model.apply(
         variables, rngs=rngs, mutable=mutable, method=forward)
@@ -82,7 +83,7 @@ def per_label_terms(model: CVAE, variables: dict, x_labelled, y_labelled, x_unla
             kl_per_dimension(mean, logvar), n_l, second), updates
 
 
-def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_weight: float,
+def semi_supervised_loss(outputs, *, kl_weight, labelled_share: float, classifier_weight: float,
                          y_labelled, consistency_weight: float = 0.0, free_bits: float = 0.0):
     """The batch estimate of J^alpha / N (module docstring) and its terms, from `per_label_terms`.
 
@@ -133,11 +134,6 @@ def semi_supervised_loss(outputs, kl_weight, labelled_share: float, classifier_w
     return loss, terms
 
 
-def labelled_share(config: Config, num_training: int) -> float:
-    """N_l / N: the labelled images' share of the training images."""
-    return config.labelled_count / num_training
-
-
 def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
     """`train_chunk(state, images, labels, orders, first, key, num_steps) -> (state, metrics)`.
 
@@ -160,7 +156,7 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
             unlabelled_rows = jax.lax.dynamic_slice_in_dim(unlabelled_order, batch_index * n_u,
                                                            n_u)
             rows = jnp.concatenate([labelled_rows, unlabelled_rows])
-            batch = {"image": images[rows].astype(jnp.float32) / 255.0,
+            batch = {"image": to_unit(images[rows]),
                      "label": labels[labelled_rows].astype(jnp.int32)}
             return train_step(state, batch, key)
 
@@ -169,22 +165,24 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
     return train_chunk
 
 
-def create_classify_fn(model: CVAE, batch_size: int = 1000) -> Callable:
-    """Jitted `classify(variables, images_u8 u8[N, 784]) -> q(y|x) argmax i32[N]`, in batches."""
+def create_read_labels_fn(model: CVAE, batch_size: int = 1000) -> Callable:
+    """Jitted `read_labels(variables, images_u8 u8[N, 784]) -> i32[N]`: the label q(y|x) gives
+    each image (its argmax), in batches. (The sampler's `create_classify_fn` gives the
+    probabilities, through its fixed blocks.)"""
 
     @jax.jit
-    def classify(variables, images_u8):
+    def read_labels(variables, images_u8):
         n = images_u8.shape[0]
         size = min(batch_size, n)
         padded = jnp.pad(images_u8, ((0, -n % size), (0, 0)))
 
         def one(start):
-            rows = jax.lax.dynamic_slice_in_dim(padded, start, size).astype(jnp.float32) / 255.0
+            rows = to_unit(jax.lax.dynamic_slice_in_dim(padded, start, size))
             return jnp.argmax(model.apply(variables, rows, method=CVAE.classify), axis=-1)
 
         return jax.lax.map(one, jnp.arange(0, padded.shape[0], size)).reshape(-1)[:n]
 
-    return classify
+    return read_labels
 
 
 def choose_labelled_set(split, config: Config) -> dict[str, np.ndarray]:
@@ -193,8 +191,8 @@ def choose_labelled_set(split, config: Config) -> dict[str, np.ndarray]:
     (`cvae.data.splits.labelled_indices`).
     """
     file_rows = split.train_indices
-    positions = labelled_indices(split.train_labels, file_rows, config.labelled_count,
-                                 NUM_CLASSES, config.seed)
+    positions = labelled_indices(split.train_labels, file_rows, count=config.labelled_count,
+                                 num_classes=NUM_CLASSES, seed=config.seed)
     return {"positions": positions.astype(np.int32),
             "indices": np.asarray(file_rows[positions], np.int32),
             "labels": np.asarray(split.train_labels[positions], np.int32)}
@@ -220,9 +218,9 @@ def unlabelled_positions(num_training: int, labelled_positions: np.ndarray) -> n
 
 def create_error_fn(model: CVAE) -> Callable:
     """`error(variables, images_u8 u8[N, 784], labels i32[N]) -> float`: q(y|x)'s error rate."""
-    classify = create_classify_fn(model)
+    read_labels = create_read_labels_fn(model)
 
     def error(variables, images_u8, labels) -> float:
-        return float(jnp.mean(classify(variables, images_u8) != labels))
+        return float(jnp.mean(read_labels(variables, images_u8) != labels))
 
     return error

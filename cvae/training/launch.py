@@ -43,7 +43,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
-def train_command(train_flags: list[str], address: str, count: int, index: int) -> list[str]:
+def train_command(train_flags: list[str], address: str, *, count: int, index: int) -> list[str]:
     return [sys.executable, "-m", "cvae.cli", "train", *train_flags,
             "--coordinator-address", address, "--num-processes", str(count),
             "--process-id", str(index)]
@@ -80,7 +80,7 @@ def exit_status(code: int) -> int:
 class Launcher:
     """Starts and watches the processes; `run()` returns the exit status for the shell."""
 
-    def __init__(self, count: int, train_flags: list[str], grace: float = 10.0,
+    def __init__(self, count: int, train_flags: list[str], *, grace: float = 10.0,
                  host: str = "127.0.0.1"):
         self.count, self.grace = count, grace
         self.flags = check_flags(train_flags)
@@ -93,7 +93,7 @@ class Launcher:
             env = dict(os.environ)
             env.setdefault("JAX_LOCAL_DEVICE_IDS", str(index))  # one GPU each (ignored on CPU)
             self.processes.append(subprocess.Popen(
-                train_command(self.flags, self.address, self.count, index), env=env,
+                train_command(self.flags, self.address, count=self.count, index=index), env=env,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None))
 
@@ -148,4 +148,4 @@ class Launcher:
 
 
 def launch(count: int, train_flags: list[str], grace: float = 10.0) -> int:
-    return Launcher(count, train_flags, grace).run()
+    return Launcher(count, train_flags, grace=grace).run()

@@ -20,127 +20,50 @@ import signal
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 
-from cvae.model import prior as prior_lib
-from cvae.training import few_labels
-from cvae.training.callbacks import Callback, CallbackList, Run
-from cvae.training.checkpoints import keep_schedule_span, schedule_span, start_state
-from cvae.config import NUM_CLASSES, Config
+from cvae.config import Config
 from cvae.data.load import Dataset
-from cvae.training.processes import any_process
-from cvae.errors import ConfigError
-from cvae.evaluation.run import create_eval_step, evaluate
-from cvae.model.networks import CVAE, create_model
-from cvae.training.optimizer import create_optimizer
-from cvae.training.devices import create_mesh, replicate
 from cvae.data.splits import split_training_set
-from cvae.training.step import (create_train_chunk, create_train_step, epoch_permutation,
-                                labelled_permutation, prior_fit_key, run_key)
+from cvae.errors import ConfigError
+from cvae.model import prior as prior_lib
+from cvae.model.networks import CVAE, create_model
+from cvae.training.callbacks import Callback, CallbackList, Run
+from cvae.training.devices import create_mesh, replicate
+from cvae.training.optimizer import create_optimizer
+from cvae.training.processes import any_process
+from cvae.training.start import keep_schedule_span, schedule_span, start_state
+from cvae.training.step import create_train_step, device_arrays, prior_fit_key, run_key
+from cvae.training.supervision import Supervision, create_supervision
+from cvae.training.validation import create_validation
 
 
-def planned_steps(config: Config, num_examples: int) -> tuple[int, int]:
-    """(steps per epoch, total steps). The LR schedule spans all epochs; max_steps only cuts.
-
-    With `--labels N` an epoch is one pass over the unlabelled images, `batch_size -
-    labelled_per_batch` a step (`num_examples` counts the unlabelled ones then)."""
-    per_step = config.batch_size
-    if config.labelled_count is not None:
-        per_step -= config.labelled_per_batch
-    steps_per_epoch = num_examples // per_step
+def planned_steps(config: Config, epoch_rows: int, rows_per_step: int) -> tuple[int, int]:
+    """(steps per epoch, total steps) for epochs of `epoch_rows` rows, `rows_per_step` a step
+    (`cvae.training.supervision`). The LR schedule spans all epochs; max_steps only cuts."""
+    steps_per_epoch = epoch_rows // rows_per_step
     if steps_per_epoch == 0:
-        raise ConfigError(f"batch_size={config.batch_size}: larger than the {num_examples} "
+        raise ConfigError(f"batch_size={config.batch_size}: larger than the {epoch_rows} "
                           f"training examples (lower --batch-size or raise --train-limit)")
     total = config.epochs * steps_per_epoch
     return steps_per_epoch, min(total, config.max_steps) if config.max_steps else total
 
 
-def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
-    """uint8[N, 28, 28], int[N] -> on the device as uint8[N, 784], int32[N]."""
-    return jnp.asarray(images.reshape(-1, 28 * 28)), jnp.asarray(labels, jnp.int32)
-
-
-def create_prior_fit(model, config: Config, train_labels, labelled=None):
-    """`fit(state, images, labels, key) -> state` with its mixture prior refitted, or None when
-    the run's prior is the standard one.
-
-    With a labelled set (`--labels N`), the unlabelled images' labels are never read: each is
-    given the label q(y|x) reads, the labelled ones keep their own.
-    """
+def create_prior_fit(model: CVAE, config: Config, supervision: Supervision):
+    """`fit(state, images, labels, key) -> state` with its mixture prior refitted, under the
+    labels the `supervision` gives; None when the run's prior is the standard one."""
     if config.prior != "mixture":
         return None
     fit_fn = prior_lib.create_fit_fn(
         lambda variables, x, y: model.apply(variables, x, y, method=CVAE.encode),
-        config.prior_components, config.prior_codes)
-    if labelled is not None:
-        return create_read_prior_fit(model, fit_fn, labelled)
-    table = prior_lib.class_index_table(train_labels, NUM_CLASSES)
-
-    def fit(state, images, labels, key):
-        mixture = fit_fn(state.eval_variables(), images, labels, *table, key)
-        return state.replace(prior={prior_lib.VARIABLE: mixture})
-
-    return fit
-
-
-def create_read_prior_fit(model, fit_fn, labelled):
-    classify = few_labels.create_classify_fn(model)
-    positions, known = jnp.asarray(labelled["positions"]), jnp.asarray(labelled["labels"])
+        components=config.prior_components, codes=config.prior_codes)
+    prior_labels = supervision.create_prior_labels(model)
 
     def fit(state, images, labels, key):
         variables = state.eval_variables()
-        read = classify(variables, images).astype(jnp.int32).at[positions].set(known)
-        # Widths rounded up, so the fit compiles for a few table shapes, not one per epoch.
-        table = prior_lib.class_index_table(jax.device_get(read), NUM_CLASSES,
-                                            width_multiple=1024)
-        mixture = fit_fn(variables, images, read, *table, key)
+        mixture = fit_fn(variables, images, *prior_labels(variables, images, labels), key)
         return state.replace(prior={prior_lib.VARIABLE: mixture})
 
     return fit
-
-
-def create_validation(model, config: Config, split, mesh, labelled: dict | None):
-    """`validate(state, key) -> metrics` on the validation split: the training objective's
-    terms (`cvae.evaluation.run`), and with a labelled set q(y|x)'s error ("classifier_error")."""
-    eval_step = create_eval_step(model, config)
-    images, labels = replicate(device_arrays(split.validation_images, split.validation_labels),
-                               mesh)
-    classifier_error = None if labelled is None else few_labels.create_error_fn(model)
-
-    def validate(state, key) -> dict[str, float]:
-        metrics = evaluate(eval_step, state.eval_variables(), images, labels, key,
-                           config.eval_batch_size, config)
-        if classifier_error is not None:
-            metrics["classifier_error"] = classifier_error(state.eval_variables(), images, labels)
-        return metrics
-
-    return validate
-
-
-def adopt_labelled_set(state, labelled: dict, checkpoint_dir: Path):
-    """`state` carrying the run's labelled set; a resumed state must carry the same one."""
-    if int(state.step) > 0:
-        few_labels.check_labelled_set(jax.device_get(state.labelled), labelled, checkpoint_dir)
-    return state.replace(labelled={name: jnp.asarray(labelled[name])
-                                   for name in ("indices", "labels")})
-
-
-def create_epoch_order(key, num_examples: int, labelled: dict | None, mesh):
-    """`order(epoch)`: the rows of that epoch's batches, on the device. Every label: one
-    permutation of the training part. `--labels N`: (labelled rows, unlabelled rows), each
-    permuted (`cvae.training.few_labels.create_semi_train_chunk` reads them)."""
-    if labelled is None:
-        return lambda epoch: replicate(epoch_permutation(key, epoch, num_examples), mesh)
-    labelled_rows = jnp.asarray(labelled["positions"])
-    unlabelled_rows = jnp.asarray(
-        few_labels.unlabelled_positions(num_examples, labelled["positions"]))
-
-    def order(epoch):
-        return replicate(
-            (labelled_rows[labelled_permutation(key, epoch, labelled_rows.shape[0])],
-             unlabelled_rows[epoch_permutation(key, epoch, unlabelled_rows.shape[0])]), mesh)
-
-    return order
 
 
 class Interrupts:
@@ -181,7 +104,7 @@ def stop_on_signals(interrupts: Interrupts):
             signal.signal(sig, previous)
 
 
-def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path,
+def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path, *,
                        callbacks: list[Callback] = (), fresh: bool = False,
                        init_from: str | Path | None = None,
                        devices: list[jax.Device] | None = None) -> Run:
@@ -198,29 +121,26 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     mesh = create_mesh(devices)
     split = split_training_set(data.train_images, data.train_labels, config)
     images, labels = device_arrays(split.train_images, split.train_labels)
-    labelled = (None if config.labelled_count is None
-                else few_labels.choose_labelled_set(split, config))
+    supervision = create_supervision(config, split)
     if not fresh:
         config = keep_schedule_span(checkpoint_dir, config)
-    steps_per_epoch, total_steps = planned_steps(
-        config, images.shape[0] - (0 if labelled is None else len(labelled["positions"])))
+    steps_per_epoch, total_steps = planned_steps(config, supervision.epoch_rows,
+                                                 supervision.rows_per_step)
     model = create_model(config)
     optimizer, learning_rate_fn = create_optimizer(config,
                                                    schedule_span(config) * steps_per_epoch)
     key = run_key(config.seed)
-    share = None if labelled is None else few_labels.labelled_share(config, images.shape[0])
-    state, train_step = create_train_step(key, model, optimizer, config, learning_rate_fn, mesh,
-                                          share)
+    state, train_step = create_train_step(model, optimizer, config, key=key,
+                                          supervision=supervision,
+                                          learning_rate_fn=learning_rate_fn, mesh=mesh)
     state = start_state(state, config, checkpoint_dir, fresh=fresh, init_from=init_from)
-    if labelled is not None:
-        state = adopt_labelled_set(state, labelled, checkpoint_dir)
+    state = supervision.adopt(state, checkpoint_dir)
     state, images, labels = replicate((state, images, labels), mesh)
 
-    train_chunk = (create_train_chunk(train_step, config.batch_size, mesh) if labelled is None
-                   else few_labels.create_semi_train_chunk(train_step, config))
-    epoch_order = create_epoch_order(key, images.shape[0], labelled, mesh)
-    validate = create_validation(model, config, split, mesh, labelled)
-    fit_prior = create_prior_fit(model, config, split.train_labels, labelled)
+    train_chunk = supervision.create_train_chunk(train_step, mesh)
+    epoch_order = supervision.create_epoch_order(key, mesh)
+    validate = create_validation(model, config, split=split, mesh=mesh, supervision=supervision)
+    fit_prior = create_prior_fit(model, config, supervision)
 
     step = int(state.step)
     run = Run(config, checkpoint_dir, steps_per_epoch, total_steps, state=state, step=step,

@@ -55,7 +55,7 @@ def parse_address(address: str) -> str:
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None,
-               heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT) -> ProcessGroup:
+               *, heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT) -> ProcessGroup:
     """Join the distributed runtime when asked to or when JAX detects a cluster.
 
     Must run before anything initialises a JAX backend. `num_processes=1` forces a plain single

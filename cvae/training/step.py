@@ -10,7 +10,7 @@ so the host only wakes up to log and checkpoint.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import flax.struct
 import jax
@@ -20,12 +20,19 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from cvae.config import Config
-from cvae.errors import ConfigError
-from cvae.model.losses import vae_loss
+from cvae.data.pixels import IMAGE_PIXELS, to_unit
+from cvae.model.binarization import maybe_binarize
 from cvae.model.networks import CVAE, init_variables
 from cvae.training.optimizer import create_kl_weight_schedule
 from cvae.training.devices import check_divisible, gather_rows, replicate, shard_batch
-from cvae.training.few_labels import per_label_terms, semi_supervised_loss
+
+class StepKeys(NamedTuple):
+    """The keys one train step draws from (its own, folded from the run key and the step)."""
+
+    z: jax.Array  # the reparameterisation noise
+    dropout: jax.Array
+    shift: jax.Array  # q(y|x)'s random shifts (`--classifier-shift`)
+
 
 Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
 Metrics = dict[str, jax.Array]
@@ -66,8 +73,8 @@ def eval_key(key: jax.Array) -> jax.Array:
     return stream_key(key, _EVAL_STREAM)
 
 
-def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
-                       config: Config) -> TrainState:
+def create_train_state(model: CVAE, optimizer: optax.GradientTransformation, config: Config, *,
+                       key: jax.Array) -> TrainState:
     variables = init_variables(model, stream_key(key, _PARAMS_STREAM))
     params = variables["params"]
     state = TrainState.create(
@@ -75,40 +82,39 @@ def create_train_state(key: jax.Array, model: CVAE, optimizer: optax.GradientTra
         batch_stats=variables.get("batch_stats", {}), prior=variables.get("prior", {}),
         # Copies, not aliases: the state is donated to the step, its buffers must be its own.
         ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
-        labelled=empty_labelled_set(config),
+        labelled=empty_labelled_set(model),
         key=jnp.copy(jax.random.key_data(key)))
     # A concrete int32 step (not Python's weakly typed 0), so the first call of the jitted step
     # and every later one share a single compiled program.
     return state.replace(step=jnp.zeros((), jnp.int32))
 
 
-def empty_labelled_set(config: Config) -> dict:
-    """The labelled set's place in the state (zeros until the loop fills it in)."""
-    if config.labelled_count is None:
+def empty_labelled_set(model: CVAE) -> dict:
+    """The labelled set's place in the state of a model with a classifier (zeros until the
+    run's supervision fills it in, `cvae.training.supervision`): its shape is part of the
+    checkpoint's structure. Empty for a model trained with every label."""
+    if not model.has_classifier:
         return {}
-    return {name: jnp.zeros((config.labelled_count,), jnp.int32) for name in ("indices", "labels")}
+    return {name: jnp.zeros((model.config.labelled_count,), jnp.int32)
+            for name in ("indices", "labels")}
 
 
-def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTransformation,
-                      config: Config, learning_rate_fn: optax.Schedule | None = None,
-                      mesh: Mesh | None = None, labelled_share: float | None = None
-                      ) -> tuple[TrainState, Callable]:
+def create_train_step(model: CVAE, optimizer: optax.GradientTransformation, config: Config, *,
+                      key: jax.Array, supervision, learning_rate_fn: optax.Schedule | None = None,
+                      mesh: Mesh | None = None) -> tuple[TrainState, Callable]:
     """Initialise the state and build `train_step(state, batch, key) -> (state, metrics)`.
 
     `key` passed to the step is the run key; the step folds in `state.step`, so the caller never
     splits keys on the host. The returned step is jitted with the state donated. With a `mesh`,
     the state is replicated over its devices and each batch is split across them.
     `learning_rate_fn` (of the optimizer update count) only adds the rate to the metrics.
-    With `--labels N` the batch's first `labelled_per_batch` images are labelled and the loss is
-    M2's (`cvae.training.few_labels`), `labelled_share` = N / training images; otherwise every
-    image is.
+    The loss is the `supervision`'s (`cvae.training.supervision`: `FullLabels(config)` for the
+    conditional VAE's negative ELBO, every image labelled).
     """
-    state = create_train_state(key, model, optimizer, config)
+    state = create_train_state(model, optimizer, config, key=key)
     if mesh is not None:
         check_divisible(config.batch_size, mesh)
-        if labelled_share is not None and config.labelled_per_batch % mesh.size:
-            raise ConfigError(f"labelled_per_batch={config.labelled_per_batch}: must be a "
-                              f"multiple of the {mesh.size} devices used for data parallelism")
+        supervision.check_devices(mesh)
         state = replicate(state, mesh)
     kl_weight_at = create_kl_weight_schedule(config)
     use_batch_norm = bool(state.batch_stats)
@@ -120,33 +126,17 @@ def create_train_step(key: jax.Array, model: CVAE, optimizer: optax.GradientTran
         z_key, dropout_key, binarize_key = jax.random.split(step_key, 3)
         images = maybe_binarize(binarize_key, batch["image"], config)
         kl_weight = kl_weight_at(state.step)
-
-        def semi_loss_fn(params):
-            variables = {"params": params, **({"batch_stats": state.batch_stats}
-                                              if use_batch_norm else {})}
-            n_l = batch["label"].shape[0]
-            outputs, updates = per_label_terms(
-                model, variables, images[:n_l], batch["label"], images[n_l:], z_key, True,
-                {"dropout": dropout_key}, ["batch_stats"] if use_batch_norm else [],
-                shift_key=jax.random.fold_in(step_key, 1))
-            loss, terms = semi_supervised_loss(outputs, kl_weight, labelled_share,
-                                               config.classifier_weight, batch["label"],
-                                               config.consistency_weight, config.free_bits)
-            return loss, (terms, updates)
+        keys = StepKeys(z=z_key, dropout=dropout_key, shift=jax.random.fold_in(step_key, 1))
 
         def loss_fn(params):
             variables = {"params": params}
             if use_batch_norm:
                 variables["batch_stats"] = state.batch_stats
-            (logits, mean, logvar), updates = model.apply(
-                variables, images, batch["label"], z_key, train=True,
-                rngs={"dropout": dropout_key}, mutable=["batch_stats"] if use_batch_norm else [])
-            loss, terms = vae_loss(logits, images, mean, logvar, likelihood=config.likelihood,
-                                   kl_weight=kl_weight, free_bits=config.free_bits)
-            return loss, (terms, updates)
+            return supervision.loss(model, variables, images=images, labels=batch["label"],
+                                    keys=keys, kl_weight=kl_weight,
+                                    mutable=["batch_stats"] if use_batch_norm else [])
 
-        (_, (terms, updates)), grads = jax.value_and_grad(
-            loss_fn if labelled_share is None else semi_loss_fn, has_aux=True)(state.params)
+        (_, (terms, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         new_state = state.apply_gradients(grads=grads)
         if use_batch_norm:
             new_state = new_state.replace(batch_stats=updates["batch_stats"])
@@ -173,16 +163,14 @@ def ema_update(ema, params, decay: float):
     return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
 
 
-def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
-    """Dynamic binarisation (Bernoulli likelihood): x ~ Bernoulli(intensity), fresh each use."""
-    if config.likelihood == "bernoulli" and config.binarization == "dynamic":
-        return jax.random.bernoulli(key, images).astype(images.dtype)
-    return images
+def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
+    """uint8[N, 28, 28], int[N] -> on the device as uint8[N, 784], int32[N]."""
+    return jnp.asarray(images.reshape(-1, IMAGE_PIXELS)), jnp.asarray(labels, jnp.int32)
 
 
 def to_batch(images_u8: jax.Array, labels: jax.Array) -> Batch:
     """uint8[B, 784] pixels -> the float batch the model reads."""
-    return {"image": images_u8.astype(jnp.float32) / 255.0, "label": labels.astype(jnp.int32)}
+    return {"image": to_unit(images_u8), "label": labels.astype(jnp.int32)}
 
 
 def epoch_permutation(key: jax.Array, epoch: int, num_examples: int) -> jax.Array:
@@ -206,16 +194,16 @@ def create_train_chunk(train_step: Callable, batch_size: int,
     With a `mesh`, each device gathers only its own rows of every batch (`gather_rows`).
     """
 
-    def batch_rows(images, labels, order, start):
+    def gather_batch(images, labels, order, start):
         if mesh is None:
             idx = jax.lax.dynamic_slice_in_dim(order, start, batch_size)
             return images[idx], labels[idx]
-        return gather_rows(mesh, (images, labels), order, start, batch_size)
+        return gather_rows(mesh, (images, labels), order, start=start, batch_size=batch_size)
 
     @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
     def train_chunk(state, images, labels, order, first, key, num_steps: int):
         def body(state, i):
-            rows, row_labels = batch_rows(images, labels, order, (first + i) * batch_size)
+            rows, row_labels = gather_batch(images, labels, order, (first + i) * batch_size)
             return train_step(state, to_batch(rows, row_labels), key)
 
         return jax.lax.scan(body, state, jnp.arange(num_steps))

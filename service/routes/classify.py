@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from cvae.config import NUM_CLASSES
 from service.dependencies import ServedModel
@@ -33,6 +33,8 @@ class Reading(BaseModel):
 
 
 class ClassifyParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown parameter is a 422 that names it
+
     prepare: PrepareMode = "mnist"
 
 

@@ -71,6 +71,6 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
         return result
     images, label = result
     headers["X-Label"] = str(label)
-    png = await encode_png(transfer_tiles(images, work, params.show_input), cols,
+    png = await encode_png(transfer_tiles(images, work, show_input=params.show_input), cols,
                            params.scale, params.pad)
     return Response(png, media_type="image/png", headers=headers)

@@ -3,7 +3,7 @@
 import numpy as np
 from PIL import Image
 
-from cvae.evaluation.plots import loss_curve_figure, save_loss_curve
+from cvae.training.loss_curve import loss_curve_figure, save_loss_curve
 
 RECORDS = [
     {"epoch": 1, "train_loss": 150.0, "train_kl": 4.0, "test_loss": 140.0, "test_kl": 5.0},

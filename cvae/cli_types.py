@@ -1,0 +1,27 @@
+"""argparse value types of the `cvae` command: a number checked against its range, naming the
+range when it is out of it. Standard library only, so `--help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def bounded(kind: type, low=None, high=None, *, low_open: bool = False):
+    """argparse type: parse `kind` and check low <= value <= high, naming the range on failure."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}")
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high):
+            left = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(
+                f"{value} is outside {left}{_number(low)}, {_number(high)}]")
+        return value
+    return parse
+
+
+def _number(x) -> str:
+    """2.0 -> "2"; ints and None as they are."""
+    return f"{x:g}" if isinstance(x, float) else str(x)

@@ -1,0 +1,256 @@
+"""`README.md`: the exported folder's model card, in the Hugging Face Hub's layout: YAML front
+matter (library, tags, dataset, and `model-index` with the metrics of `cvae eval`), then the
+sample grid, intended use and limitations, how it was trained, what the export verified, and
+how to load it in a few lines of Python, with and without this package. Pure Python: the
+snippets are tested as written (tests/test_export_card.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from cvae import config as config_lib
+
+# The Hub's dataset ids for the datasets a run may train on.
+HUB_DATASETS = {"mnist": ("ylecun/mnist", "MNIST"),
+                "fashion_mnist": ("zalando-datasets/fashion_mnist", "Fashion-MNIST"),
+                "kmnist": ("kmnist", "Kuzushiji-MNIST")}
+TAGS = ("jax", "flax", "vae", "conditional-vae", "image-generation", "safetensors", "onnx",
+        "stablehlo")
+
+
+def yaml_string(value) -> str:
+    """A YAML scalar: JSON's double-quoted strings are YAML's, numbers as they are."""
+    return json.dumps(value)
+
+
+def eval_metrics(results: dict) -> list[tuple[str, str, float]]:
+    """(type, name, value) of the headline figures in `cvae eval`'s JSON, where present."""
+    found = []
+    elbo, iwae = results.get("elbo") or {}, results.get("iwae") or {}
+    if "neg_elbo" in elbo:
+        found.append(("neg_elbo", "negative ELBO (nats)", elbo["neg_elbo"]))
+    if "nll_conditional" in iwae:
+        found.append(("nll", f"-log p(x|y), IWAE K={iwae.get('k')} (nats)",
+                      iwae["nll_conditional"]))
+    if "nll_marginal" in iwae:
+        found.append(("nll", "-log p(x) (nats)", iwae["nll_marginal"]))
+    samples = ((results.get("fidelity") or {}).get("samples")) or {}
+    for key, kind, name in (("accuracy", "accuracy", "sample accuracy (a classifier reads "
+                                                     "the digit asked for)"),
+                            ("fd", "frechet_distance", "Fréchet distance of samples "
+                                                       "(classifier features)"),
+                            ("precision", "precision", "sample precision (k-NN)"),
+                            ("recall", "recall", "sample recall (k-NN)")):
+        if samples.get(key) is not None:
+            found.append((kind, name, samples[key]))
+    q_y = ((results.get("classification") or {}).get("q_y_given_x")) or {}
+    if q_y.get("error") is not None:
+        found.append(("error_rate", "q(y|x) test error", q_y["error"]))
+    return [(kind, name, float(value)) for kind, name, value in found if value is not None]
+
+
+def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> str:
+    dataset_id, dataset_name = HUB_DATASETS.get(config.dataset, (config.dataset,
+                                                                 config.dataset))
+    lines = ["---", "library_name: cvae", "tags:", *(f"- {tag}" for tag in TAGS),
+             "datasets:", f"- {dataset_id}"]
+    if metrics:
+        lines += ["model-index:", f"- name: {yaml_string(name)}", "  results:",
+                  "  - task:", "      type: image-generation",
+                  "      name: Class-conditional image generation",
+                  "    dataset:", f"      name: {yaml_string(dataset_name)}",
+                  f"      type: {dataset_id}", "      split: test", "    metrics:"]
+        for kind, metric, value in metrics:
+            lines += [f"    - type: {kind}", f"      name: {yaml_string(metric)}",
+                      f"      value: {value:.6g}"]
+    return "\n".join(lines + ["---", ""])
+
+
+def train_command(config) -> str:
+    """The `cvae train` command that makes this config from the default preset."""
+    default = config_lib.default()
+    flags = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value != getattr(default, field.name):
+            shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+            if isinstance(value, bool):
+                flags.append(f"--{'' if value else 'no-'}{field.name.replace('_', '-')}")
+            else:
+                flags.append(f"--{field.name.replace('_', '-')} {shown}")
+    return " ".join(["cvae train", *flags])
+
+
+@dataclasses.dataclass(frozen=True)
+class CardFacts:
+    """What the card says, gathered by `cvae.export.run`."""
+
+    name: str
+    step: int
+    config: object  # cvae.config.Config
+    files: dict[str, int]  # file name -> bytes
+    eval_results: dict | None  # `cvae eval`'s JSON for this step, or None
+    eval_note: str  # where the figures came from, or why there are none
+    verification: dict  # cvae.export.run's report
+    has_classifier: bool
+
+
+FILE_ROLES = {
+    "model.safetensors": "every weight the model samples, encodes and classifies with",
+    "config.json": "the run's config (`cvae.config.Config`): rebuilds the model",
+    "README.md": "this card",
+    "samples.png": "one row per digit, seed 0",
+    "sample.stablehlo": "`sample(noise, label) -> images`, `jax.export` (CPU and CUDA)",
+    "sample.onnx": "the same function as ONNX",
+    "encode.stablehlo": "`encode(images, label) -> mean, logvar, neg_elbo`, `jax.export`",
+    "encode.onnx": "the same function as ONNX",
+    "classify.stablehlo": "`classify(images) -> probabilities`, q(y|x), `jax.export`",
+    "classify.onnx": "the same function as ONNX",
+    "manifest.json": "each file's sha256 and size",
+}
+
+
+def model_card(facts: CardFacts) -> str:
+    config = facts.config
+    metrics = eval_metrics(facts.eval_results) if facts.eval_results else []
+    sections = [front_matter(facts.name, config, metrics),
+                f"# {facts.name}: a class-conditioned VAE for {config.dataset} digits\n",
+                "![one row per digit, seed 0](samples.png)\n",
+                f"A conditional variational autoencoder (JAX + Flax) trained with "
+                f"cvae to step {facts.step}: give it a digit and "
+                f"noise, and it draws that digit in a handwriting the noise picks. "
+                f"Exported by `cvae export`; docs/export.md in the cvae repository tells "
+                f"what each file is and what is guaranteed.\n",
+                _files(facts), _metrics(facts, metrics), _use_and_limits(facts),
+                _training(facts), _verification(facts), _snippets(facts)]
+    return "\n".join(sections)
+
+
+def _files(facts: CardFacts) -> str:
+    rows = [f"| `{name}` | {_cell(FILE_ROLES.get(name, ''))} | {size:,} |"
+            for name, size in sorted(facts.files.items())]
+    return "\n".join(["## Files\n", "| file | what | bytes |", "|---|---|---|", *rows,
+                      "| `manifest.json` | each file's sha256 and size | |", ""])
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a `|` would end the cell."""
+    return text.replace("|", "\\|")
+
+
+def _metrics(facts: CardFacts, metrics) -> str:
+    if not metrics:
+        return f"## Metrics\n\nNo figures here: {facts.eval_note}.\n"
+    rows = [f"| {_cell(name)} | {value:.4g} |" for _, name, value in metrics]
+    return "\n".join([f"## Metrics\n\n{facts.eval_note}.\n", "| metric | value |",
+                      "|---|---|", *rows, ""])
+
+
+def _use_and_limits(facts: CardFacts) -> str:
+    classifier = ("It also reads digits: `classify` is q(y|x), trained with "
+                  f"{facts.config.labels} labelled images. " if facts.has_classifier else "")
+    return (
+        "## Intended use and limitations\n\n"
+        "For learning, demos and tests: drawing 28x28 grayscale digits of a chosen class, "
+        "carrying one digit's handwriting to the others (`encode`, then `sample`'s decoder), "
+        f"and small experiments with portable model formats. {classifier}"
+        "Not for anything that matters: it knows only the ten digits of its training set, "
+        "draws some wrong or blended digits (see Metrics), and its likelihoods describe "
+        "binarised 28x28 digits, not images in general. The training digits were written "
+        "by US census employees and high-school students; other hands and scripts are "
+        "outside what it has seen.\n")
+
+
+def _training(facts: CardFacts) -> str:
+    config_json = facts.config.to_json()
+    return (f"## Training\n\n`{train_command(facts.config)}` (from the default preset; "
+            f"`cvae train --help` explains each flag), then `cvae export`. The config:\n\n"
+            f"<details><summary>config.json</summary>\n\n```json\n{config_json}\n```\n\n"
+            f"</details>\n")
+
+
+def _verification(facts: CardFacts) -> str:
+    report = facts.verification
+    stablehlo = ", ".join(f"`{name}` on {rows} rows" for name, rows in
+                          report["stablehlo_rows"].items())
+    onnx = report["onnx"]
+    lines = [
+        "## What the export verified\n",
+        f"- StableHLO: the deserialized functions gave the JAX sampler's bits ({stablehlo}; "
+        f"the sampler's block shapes, on the exporting CPU: {report['cpu']}).",
+        f"- ONNX Runtime (CPU): `sample` on {onnx['rows']:,} noise vectors "
+        f"({onnx['rows'] // 10:,} per digit): largest pixel difference "
+        f"{onnx['sample_max_abs']:.2g} (tolerance 1e-5), largest uint8 difference "
+        f"{onnx['sample_max_uint8']} (tolerance 1); `encode`"
+        + (" and `classify`" if "classify_max_relative" in onnx else "")
+        + f": largest relative difference "
+        f"{max(v for k, v in onnx.items() if k.endswith('_relative')):.2g} (tolerance 1e-5).",
+        "- `model.safetensors` and `config.json` read back into the same variables.", ""]
+    return "\n".join(lines)
+
+
+def _snippets(facts: CardFacts) -> str:
+    latent = facts.config.latent_dim
+    return f'''## Use it
+
+Each snippet runs as written in this folder.
+
+With cvae installed (`pip install -e .` in its repository; no Orbax checkpoint, no
+optimizer): the sampler of `cvae sample` and `cvae serve`, the same PNG bytes as the
+checkpoint this came from (`cvae sample --checkpoint-dir . --out grid.png` and
+`cvae serve --checkpoint-dir .` work on this folder too).
+
+```python
+from cvae.export.load import open_sampler
+
+sampler = open_sampler(".")
+png = sampler.sample_png(digit=7, n=16, seed=0)
+with open("sevens.png", "wb") as file:
+    file.write(png)
+```
+
+With only `onnxruntime` and `numpy`: `sample.onnx` maps noise ~ N(0, t^2 I) of
+{latent} dimensions and a label to pixels in [0, 1].
+
+```python
+import numpy as np
+import onnxruntime as ort
+
+session = ort.InferenceSession("sample.onnx", providers=["CPUExecutionProvider"])
+noise = np.random.default_rng(0).standard_normal((16, {latent}), dtype=np.float32)
+labels = np.full(16, 7, dtype=np.int32)
+(images,) = session.run(None, {{"noise": noise, "label": labels}})  # f32[16, 28, 28]
+pixels = np.round(np.clip(images, 0, 1) * 255).astype(np.uint8)
+print(pixels.shape, pixels.dtype, pixels.max())
+```
+
+With only `jax` (no Flax, no cvae): the serialized StableHLO, any batch size. On the CPU
+that exported it, batches of at least 64 rows give the sampler's bits.
+
+```python
+import jax
+import numpy as np
+
+with open("sample.stablehlo", "rb") as file:
+    sample = jax.export.deserialize(bytearray(file.read()))
+noise = np.random.default_rng(0).standard_normal((64, {latent}), dtype=np.float32)
+labels = np.full(64, 7, dtype=np.int32)
+images = np.asarray(sample.call(noise, labels))  # f32[64, 28, 28]
+print(images.shape, float(images.min()), float(images.max()))
+```
+
+The weights alone, by name (`safetensors`):
+
+```python
+from safetensors.numpy import load_file
+
+weights = load_file("model.safetensors")
+for name in sorted(weights)[:4]:
+    print(name, weights[name].shape)
+```
+
+In a web page, `onnxruntime-web` runs `sample.onnx` the same way (see `cvae serve`'s page,
+"draw in the browser").
+'''

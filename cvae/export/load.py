@@ -1,0 +1,73 @@
+"""An exported folder -> the sampler that `cvae sample` and `cvae serve` use, with no Orbax
+and no optimizer: the config from `config.json`, the variables from `model.safetensors`, the
+model rebuilt from the config. The sampler's programs are the checkpoint's own, so a folder
+gives the same pixels, PNG bytes and ETags as the checkpoint it was exported from.
+
+Synopsis:
+
+    sampler = open_sampler("checkpoints")          # a checkpoint directory, or
+    sampler = open_sampler("exported/mnist-cvae")  # an exported folder (cvae export)
+    png = sampler.sample_png(digit=7, n=16, seed=0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from cvae.config import Config
+from cvae.errors import CheckpointError
+from cvae.export.manifest import is_export, verify_folder
+from cvae.export.weights import WEIGHTS, load_weights
+
+CONFIG = "config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedModel:
+    step: int
+    config: Config
+    variables: dict  # as `TrainState.eval_variables()`, NumPy arrays
+    manifest: dict
+
+
+def load_export(folder: str | Path) -> ExportedModel:
+    """Read an exported folder after checking its weights and config against the manifest
+    (CheckpointError naming the file that differs)."""
+    folder = Path(folder)
+    manifest = verify_folder(folder, names=(WEIGHTS, CONFIG))
+    missing = [name for name in (WEIGHTS, CONFIG) if name not in manifest["files"]]
+    if missing:
+        raise CheckpointError(f"{folder}: its manifest lists no {', '.join(missing)}")
+    config = Config.from_json((folder / CONFIG).read_text())
+    return ExportedModel(int(manifest["step"]), config, load_weights(folder / WEIGHTS), manifest)
+
+
+def load_exported_sampler(folder: str | Path, block_rows: int | None = None):
+    """`cvae.sampling.sampler.load_sampler` for an exported folder: blocks verified here."""
+    from cvae.model.networks import create_model
+    from cvae.sampling.sampler import create_sampler
+
+    exported = load_export(folder)
+    sampler = create_sampler(create_model(exported.config), exported.config, exported.variables,
+                             exported.step, block_rows)
+    sampler.check_blocks()
+    return sampler
+
+
+def exported_step(folder: str | Path) -> int:
+    from cvae.export.manifest import read_manifest
+
+    return int(read_manifest(folder)["step"])
+
+
+def open_sampler(path: str | Path, step: int | None = None, block_rows: int | None = None):
+    """A sampler for a checkpoint directory (its newest or given step) or an exported folder
+    (its one step: another `step` is a CheckpointError)."""
+    if not is_export(path):
+        from cvae.sampling.sampler import load_sampler
+
+        return load_sampler(path, step, block_rows)
+    if step is not None and step != exported_step(path):
+        raise CheckpointError(f"{path} holds step {exported_step(path)}, not step {step}")
+    return load_exported_sampler(path, block_rows)

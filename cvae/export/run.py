@@ -1,0 +1,190 @@
+"""`cvae export --checkpoint-dir C --out DIR`: one self-describing folder, verified.
+
+The folder is written into a staging folder beside DIR, every artefact is checked against the
+JAX sampler there (`verify`), and only then are the files moved into DIR, the manifest last.
+Refused with one line (ExportError / CheckpointError): a missing checkpoint, one still being
+written or whose newest step does not read, and a DIR that is not empty without `force`. With
+`force`, the files of an export replace those in DIR; other files there are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from cvae.errors import CheckpointError, ExportError
+from cvae.export import card, onnx_files, stablehlo
+from cvae.export.functions import exact_functions, onnx_functions
+from cvae.export.load import CONFIG
+from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
+from cvae.export.weights import WEIGHTS, flatten, load_weights, save_weights
+from cvae.sampling.grid import _to_uint8
+from cvae.sampling.sampler import DIGITS, request_latents
+
+TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step still being written
+COMMITTED = "_CHECKPOINT_METADATA"  # what Orbax writes into every committed step
+SAMPLES = "samples.png"
+ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checked on
+
+
+def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, force: bool = False,
+                      log=print) -> dict:
+    """Export the newest step of `checkpoint_dir` into `out`; returns the manifest."""
+    checkpoint_dir, out = Path(checkpoint_dir), Path(out)
+    check_out(out, checkpoint_dir, force)
+    checkpoint = finished_checkpoint(checkpoint_dir)
+    from cvae.model.networks import create_model
+    from cvae.sampling.sampler import create_sampler
+
+    sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
+                             checkpoint.state.eval_variables(), checkpoint.step)
+    sampler.check_blocks()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))
+    try:
+        manifest = write_folder(staging, sampler, checkpoint_dir, out.name, log)
+        move_into(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+def check_out(out: Path, checkpoint_dir: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file, not a folder")
+    resolved, source = out.resolve(), checkpoint_dir.resolve()
+    if resolved == source or source.is_relative_to(resolved):
+        raise ExportError(f"--out {out} holds the checkpoint directory {checkpoint_dir}: "
+                          f"export into a folder of its own")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ExportError(f"--out {out} is not empty: pass --force to replace the exported "
+                          f"files in it, or choose an empty or new folder")
+
+
+def finished_checkpoint(directory: Path):
+    """The newest step of `directory`, refused when a step is still being written, or when
+    the newest one is uncommitted or does not read (where `load_checkpoint` would quietly
+    fall back to an older step)."""
+    from cvae.training.checkpoints import READ_ERRORS, load_checkpoint
+
+    steps = []
+    if directory.is_dir():
+        pending = sorted(p.name for p in directory.iterdir() if TMP_SUFFIX in p.name)
+        if pending:
+            raise CheckpointError(f"{directory} has a checkpoint still being written "
+                                  f"({pending[0]}): let the save finish (or training stop), "
+                                  f"then export")
+        steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
+    if not steps:
+        return load_checkpoint(directory)  # its one-line CheckpointError says what to do
+    newest = max(steps)
+    hint = (f"{directory}: the newest step, {newest}, does not read (unfinished or damaged): "
+            f"move it away to export the step before it")
+    if not (directory / str(newest) / COMMITTED).is_file():
+        raise CheckpointError(hint)
+    try:
+        return load_checkpoint(directory, newest)
+    except READ_ERRORS as error:
+        raise CheckpointError(f"{hint} ({str(error).splitlines()[0]})") from None
+
+
+def write_folder(folder: Path, sampler, checkpoint_dir: Path, name: str, log) -> dict:
+    """Every file of the export in `folder`, verified, the manifest last."""
+    step, config = sampler.step, sampler.config
+    save_weights(folder / WEIGHTS, sampler.variables, {"format": "cvae", "step": str(step)})
+    (folder / CONFIG).write_text(config.to_json() + "\n")
+    (folder / SAMPLES).write_bytes(sampler.sample_png(None, 8, 0, scale=2))
+    log(f"exporting step {step} of {checkpoint_dir}: StableHLO")
+    stablehlo.write_stablehlo(folder, exact_functions(sampler))
+    log("exporting: ONNX (jax2onnx)")
+    onnx_files.write_onnx(folder, onnx_functions(sampler))
+    log("verifying against the JAX sampler")
+    report = verify(folder, sampler)
+    eval_results, eval_note = eval_figures(checkpoint_dir, step)
+    sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
+    facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
+                           sampler.classify_fn is not None)
+    (folder / "README.md").write_text(card.model_card(facts))
+    return write_manifest(folder, {"step": step, "checkpoint_dir": str(checkpoint_dir),
+                                   "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                   "jax_version": jax.__version__, "onnx_opset": onnx_files.OPSET,
+                                   "verification": report})
+
+
+def verify(folder: Path, sampler) -> dict:
+    """The weights read back, StableHLO's bits and ONNX Runtime's tolerance (module doc)."""
+    stored = flatten(load_weights(folder / WEIGHTS))
+    expected = flatten(sampler.variables)
+    if stored.keys() != expected.keys() or not all(
+            np.array_equal(stored[k], np.asarray(expected[k])) for k in expected):
+        raise AssertionError(f"{WEIGHTS} does not read back into the exported variables")
+    noise, labels = request_latents(0, DIGITS, ONNX_ROWS_PER_DIGIT, sampler.latent_dim, 1.0)
+    sizes = sorted({min(sampler.block_sizes), max(sampler.block_sizes)})
+    count = max(1000, sizes[-1])  # digits (the sampler's own) for encode and classify
+    digits = _to_uint8(sampler.decode(noise[:count], labels[:count]))
+    rows = {}
+    for size in sizes:
+        images = digits[:size].reshape(size, -1).astype(np.float32) / np.float32(255)
+        inputs = {"sample": (noise[:size], labels[:size]), "encode": (images, labels[:size])}
+        if sampler.classify_fn is not None:
+            inputs["classify"] = (images,)
+        for name, count in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
+            rows[name] = rows.get(name, 0) + count
+    onnx = onnx_files.verify_onnx(folder, sampler, noise, labels, digits)
+    return {"stablehlo_rows": rows, "stablehlo_block_sizes": sizes, "onnx": onnx,
+            "cpu": cpu_name()}
+
+
+def cpu_name() -> str:
+    """The CPU the bits were checked on (its model name where Linux says it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def eval_figures(checkpoint_dir: Path, step: int) -> tuple[dict | None, str]:
+    """`cvae eval`'s JSON for this step (checkpoint_dir/eval.json, `make eval`'s), and a note
+    saying where the card's figures come from or why it has none."""
+    path = checkpoint_dir / "eval.json"
+    command = f"`cvae eval --checkpoint-dir {checkpoint_dir} --json {path}` (`make eval`)"
+    if not path.is_file():
+        return None, f"{path} did not exist at export; run {command}, then export again"
+    try:
+        results = json.loads(path.read_text())
+    except ValueError as error:
+        return None, f"{path} did not read ({error}); run {command}, then export again"
+    if results.get("step") != step:
+        return None, (f"{path} is of step {results.get('step')}, not the exported step "
+                      f"{step}; run {command}, then export again")
+    return results, (f"From `cvae eval` ({path}) on {results.get('test_examples')} test "
+                     f"examples")
+
+
+def move_into(staging: Path, out: Path) -> None:
+    """The staged files into `out`, the manifest last; files a previous export there listed
+    but this one has not are removed (other files are left alone)."""
+    try:
+        previous = set(read_manifest(out)["files"]) if (out / MANIFEST).is_file() else set()
+    except CheckpointError:  # a damaged manifest: its files are replaced all the same
+        previous = set()
+    out.mkdir(exist_ok=True)
+    names = sorted(p.name for p in staging.iterdir())
+    for stale in previous - set(names):
+        (out / stale).unlink(missing_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in sorted(names, key=lambda n: n == MANIFEST):
+        os.chmod(staging / name, 0o666 & ~umask)  # safetensors writes 0600: others may read
+        os.replace(staging / name, out / name)

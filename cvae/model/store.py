@@ -1,0 +1,170 @@
+"""A trained model as stored: the checkpoint format, and reading a model back for inference.
+
+The format, defined here once: a directory with one folder per step (an Orbax
+`CheckpointManager`), each holding three items: `state` (the train state as a PyTree: params,
+optimizer state, EMA params, BatchNorm statistics, the mixture prior, the labelled set, step and
+key), `config` (the run's `Config` as JSON, so the directory describes itself) and `metrics`
+(the validation figures that ranked the step). Training writes it
+(`cvae.training.checkpoints`); sampling, evaluation and the service read it here.
+
+Inference needs the variables the model applies, not the optimizer: `load_trained_model`
+restores only the weights (the EMA ones when the run kept them), the BatchNorm statistics, the
+mixture prior and the labelled set, with Orbax's partial restore of the `state` item. The
+optimizer state is skipped on disk and no optimizer or train state is built, so a reader needs
+nothing of training. Readers open the directory read-only: they never delete or write there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+from cvae.config import Config
+from cvae.errors import CheckpointError
+from cvae.model.networks import create_model, init_variables
+
+log = logging.getLogger(__name__)
+
+STATE, CONFIG, METRICS = "state", "config", "metrics"
+ITEMS = (STATE, CONFIG, METRICS)
+# What a damaged, half-deleted or vanished step raises when read.
+READ_ERRORS = (OSError, ValueError, KeyError)
+
+
+class _DropReadOnlyNotice(logging.Filter):
+    """Orbax warns whenever a manager is opened read-only; readers do that on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Given directory is read only")
+
+
+logging.getLogger("absl").addFilter(_DropReadOnlyNotice())
+
+
+def open_read_only(directory: str | Path) -> ocp.CheckpointManager:
+    """A manager that only reads `directory`: it never deletes, writes or creates anything."""
+    options = ocp.CheckpointManagerOptions(save_interval_steps=0, enable_async_checkpointing=False,
+                                           read_only=True, create=False)
+    return ocp.CheckpointManager(Path(directory).absolute(), options=options, item_names=ITEMS)
+
+
+def save_args(state, config: Config, metrics: dict[str, Any] | None) -> ocp.args.Composite:
+    """One step's items as the writer saves them (`cvae.training.checkpoints.save_checkpoint`)."""
+    return ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
+                                 CONFIG: ocp.args.JsonSave(config.to_dict()),
+                                 METRICS: ocp.args.JsonSave(metrics or {})})
+
+
+def read_config(manager: ocp.CheckpointManager, step: int) -> Config:
+    restored = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
+    return Config.from_dict(restored[CONFIG])
+
+
+def restore_newest_readable(manager: ocp.CheckpointManager,
+                            restore_fn: Callable[[int], Any]) -> tuple[int, Any] | None:
+    """`(step, restore_fn(step))` for the newest step that reads, or None when there is none.
+
+    Steps that fail to read (corrupt, or deleted under us) are skipped with a warning naming them.
+    """
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            return step, restore_fn(step)
+        except READ_ERRORS as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            log.warning("skipping checkpoint step %d in %s: %s", step, manager.directory, reason)
+    return None
+
+
+def read_directory(directory: str | Path, read_fn: Callable[[ocp.CheckpointManager, int], Any],
+                   step: int | None = None):
+    """`read_fn(manager, step)` for `step`, or for the newest step that reads; a
+    `CheckpointError` saying what to run when the directory holds none."""
+    directory = Path(directory)
+    hint = f"run `make train` (or `cvae train --checkpoint-dir {directory}`)"
+    if not directory.is_dir():
+        raise CheckpointError(f"no checkpoint directory at {directory.absolute()}: {hint}")
+    manager = open_read_only(directory)
+    try:
+        if step is not None:
+            return read_fn(manager, step)
+        if not manager.all_steps():
+            raise CheckpointError(f"no checkpoint in {directory.absolute()}: {hint}")
+        found = restore_newest_readable(manager, lambda candidate: read_fn(manager, candidate))
+        if found is None:
+            raise CheckpointError(f"no readable checkpoint in {directory.absolute()} "
+                                  f"(steps {manager.all_steps()} all failed to read): {hint}")
+        return found[1]
+    finally:
+        manager.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedModel:
+    """What inference needs of one checkpoint step."""
+
+    step: int
+    config: Config
+    # What `CVAE.apply` takes: {"params", and "batch_stats" with BatchNorm, "prior" with the
+    # mixture prior}; the EMA weights as "params" when the run kept them (unless not asked for).
+    variables: dict
+    metrics: dict
+    # A `--labels N` run's labelled set, {"indices": i32[N] (rows of the training file),
+    # "labels": i32[N]}; {} for a run trained with every label.
+    labelled: dict
+
+
+def inference_items(config: Config, *, use_ema: bool = True) -> dict[str, str]:
+    """The `state` fields inference restores, each under the variables' name it takes."""
+    weights = "ema_params" if use_ema and config.ema_decay > 0 else "params"
+    items = {weights: "params"}
+    if config.batch_norm:
+        items["batch_stats"] = "batch_stats"
+    if config.prior == "mixture":
+        items["prior"] = "prior"
+    if create_model(config).has_classifier:
+        items["labelled"] = "labelled"
+    return items
+
+
+def _inference_target(config: Config, fields: dict[str, str]) -> dict:
+    """Shapes and dtypes of the restored fields, built from the config without compute, placed
+    on one local device whatever device count wrote the checkpoint."""
+    variables = jax.eval_shape(lambda: init_variables(create_model(config), jax.random.key(0)))
+    count = config.labelled_count or 0
+    shapes = {**variables, "labelled": {name: jax.ShapeDtypeStruct((count,), jnp.int32)
+                                        for name in ("indices", "labels")}}
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                        {field: shapes[name] for field, name in fields.items()})
+
+
+def read_trained_model(manager: ocp.CheckpointManager, step: int, *, use_ema: bool = True
+                       ) -> TrainedModel:
+    """Step `step` for inference: a partial restore of `state` (module docstring)."""
+    config = read_config(manager, step)
+    fields = inference_items(config, use_ema=use_ema)
+    target = _inference_target(config, fields)
+    restored = manager.restore(step, args=ocp.args.Composite(**{
+        STATE: ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True),
+        METRICS: ocp.args.JsonRestore()}))
+    state = restored[STATE]
+    variables = {name: state[field] for field, name in fields.items() if name != "labelled"}
+    return TrainedModel(step, config, variables, dict(restored[METRICS] or {}),
+                        state.get("labelled", {}))
+
+
+def load_trained_model(directory: str | Path, step: int | None = None, *,
+                       use_ema: bool = True) -> TrainedModel:
+    """The newest readable (or the given) step of `directory`, for inference: what
+    `cvae sample`, `cvae eval` and the service read. `use_ema=False` reads the trained weights
+    themselves rather than their moving average (what `--init-from` copies)."""
+    return read_directory(directory, lambda manager, candidate: read_trained_model(
+        manager, candidate, use_ema=use_ema), step)
