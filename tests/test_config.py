@@ -109,10 +109,20 @@ def test_importance_samples_need_an_importance_weighted_objective():
 
 
 @pytest.mark.parametrize("changes", [{"objective": "dreg", "importance_samples": 5},
-                                     {"prior": "vamp"}, {"prior": "learned_mixture"},
-                                     {"stochastic_layers": 2}])
-def test_levers_not_trained_yet_are_refused_by_name(changes):
-    config = default().replace(**changes).validate()  # valid, round-trips...
+                                     {"objective": "iwae", "importance_samples": 5},
+                                     {"prior": "vamp"}, {"prior": "learned_mixture"}])
+def test_wired_levers_train_and_their_unwired_combinations_are_refused(changes):
+    config = default().replace(**changes).validate()
     assert Config.from_json(config.to_json()) == config
-    with pytest.raises(ConfigError, match=f"{next(iter(changes))}=.*not trained yet"):
-        check_trainable(config)  # ...but `cvae train` does not run it yet
+    check_trainable(config)
+    with pytest.raises(ConfigError, match=f"{next(iter(changes))}=.*not trained with --labels"):
+        check_trainable(config.replace(labels="100"))
+    with pytest.raises(ConfigError, match="not trained with --batch-norm"):
+        check_trainable(config.replace(batch_norm=True))
+
+
+def test_the_ladder_is_refused_by_name_until_it_is_wired():
+    config = default().replace(stochastic_layers=2).validate()
+    assert Config.from_json(config.to_json()) == config
+    with pytest.raises(ConfigError, match="stochastic_layers=2.*not trained yet"):
+        check_trainable(config)

@@ -37,6 +37,13 @@ from cvae.model.losses import kl_per_dimension, reconstruction
 LEARNED_PRIORS = ("vamp", "learned_mixture")
 
 
+def uses_levers(config: Config) -> bool:
+    """Whether a run trains through `lever_loss`: an importance-weighted objective, a learned
+    prior or a ladder. Today's model keeps its own loss (cvae/model/losses.py), to the bit."""
+    return (config.objective != "elbo" or config.prior in LEARNED_PRIORS
+            or config.stochastic_layers > 1)
+
+
 def draw_noise(key: jax.Array, model, config: Config, batch: int) -> jax.Array:
     """The step's unit-normal noise, f32[K, B, D]."""
     return jax.random.normal(key, (config.importance_samples, batch, noise_width(model)))
@@ -92,6 +99,33 @@ def elbo_terms(model, variables: dict, images, labels, noise, likelihood: str, f
         return rec.mean(), per_dim.sum(-1).mean(), _floored(per_dim.mean(0), free_bits).sum()
     kl = (obj.gaussian_log_density(z, mean, logvar) - log_prior(z, labels)).mean()
     return rec.mean(), kl, jnp.maximum(kl, free_bits * z.shape[-1])
+
+
+def elbo_per_example(model, variables: dict, images, labels, noise, likelihood: str) -> dict:
+    """One draw's ELBO terms per example, for validation and `cvae eval`: {"reconstruction"
+    f32[B], "kl" f32[B], "kl_per_dim" f32[B, D]}. kl_per_dim holds the analytic KL of every
+    dimension against its layer's prior; a learned prior's dimensions have no per-dimension KL
+    (their share of "kl" is the one-draw estimate), and count zero there."""
+    log_prior = learned_log_prior(model, variables)
+    if isinstance(model, hierarchical.LadderCVAE):
+        out = model.apply(variables, images, labels, noise[0])
+        kls = list(hierarchical.layer_kls(out))
+        kl = sum(k.sum(-1) for k in kls)
+        if log_prior is not None:
+            top = out.layers[-1]
+            kl = kl - kls[-1].sum(-1) + obj.gaussian_log_density(
+                top.z, top.q_mean, top.q_logvar) - log_prior(top.z, labels)
+            kls[-1] = jnp.zeros_like(kls[-1])
+        return {"reconstruction": reconstruction(out.logits, images, likelihood), "kl": kl,
+                "kl_per_dim": model.join(kls)}
+    mean, logvar = model.apply(variables, images, labels, method="encode")
+    z = obj.gaussian_draws(mean, logvar, noise[0])
+    rec = reconstruction(model.apply(variables, z, labels, method="decode"), images, likelihood)
+    per_dim = kl_per_dimension(mean, logvar)
+    if log_prior is None:
+        return {"reconstruction": rec, "kl": per_dim.sum(-1), "kl_per_dim": per_dim}
+    return {"reconstruction": rec, "kl_per_dim": jnp.zeros_like(per_dim),
+            "kl": obj.gaussian_log_density(z, mean, logvar) - log_prior(z, labels)}
 
 
 def weight_functions(model, variables: dict, images, labels, noise, likelihood: str,
