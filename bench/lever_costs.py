@@ -68,11 +68,11 @@ def cvae_losses(config):
 
     def iwae(params, x, y, key):
         noise = jax.random.normal(key, (K,) + (x.shape[0], config.latent_dim))
-        return -obj.iwae_bound(obj.iwae_log_weights(params, *fns(params, x, y, noise))).mean()
+        return -obj.iwae_bound(obj.iwae_log_weights(params, fns(params, x, y, noise))).mean()
 
     def dreg(params, x, y, key):
         noise = jax.random.normal(key, (K,) + (x.shape[0], config.latent_dim))
-        return -obj.dreg_surrogate(*obj.dreg_log_weights(params, *fns(params, x, y,
+        return -obj.dreg_surrogate(*obj.dreg_log_weights(params, fns(params, x, y,
                                                                        noise))).mean()
 
     def with_prior(prior_module, mixture_of):
@@ -123,8 +123,8 @@ def ladder_losses(config):
             out = scored(p, z)
             return -reconstruction(out.logits, x, "bernoulli") + hv.log_p(out, y)
 
-        weights = obj.dreg_log_weights(params, sample_fn, lambda p, z: hv.log_q(scored(p, z)),
-                                       log_joint_fn)
+        weights = obj.dreg_log_weights(params, (sample_fn, lambda p, z: hv.log_q(scored(p, z)),
+                                                log_joint_fn))
         return -obj.dreg_surrogate(*weights).mean()
 
     return {"ladder-2": (init, elbo), f"ladder-2-dreg-k{K}": (init, dreg)}

@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from cvae.evaluation import reports

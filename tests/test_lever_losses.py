@@ -35,7 +35,7 @@ def ladder(prior="standard", **changes):
 
 def loss_of(model, variables, config, kl_weight=1.0, key=2):
     x, y = batch()
-    noise = ll.draw_noise(jax.random.key(key), model, config, B)
+    noise = ll.draw_noise(jax.random.key(key), model, config=config, batch=B)
     return ll.lever_loss(model, variables, images=x, labels=y, noise=noise, config=config,
                          kl_weight=kl_weight)
 
@@ -46,7 +46,7 @@ def test_the_one_latent_elbo_is_todays_loss(free_bits):
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     x, y = batch()
-    noise = ll.draw_noise(jax.random.key(2), model, config, B)
+    noise = ll.draw_noise(jax.random.key(2), model, config=config, batch=B)
     loss, terms = ll.lever_loss(model, variables, images=x, labels=y, noise=noise,
                                 config=config, kl_weight=0.7)
     mean, logvar = model.apply(variables, x, y, method="encode")
@@ -100,8 +100,8 @@ def test_a_learned_prior_is_written_in_the_fitted_mixtures_format(prior):
     x, y = batch()
     noise = jax.random.normal(jax.random.key(3), (2, B, model.total_dim))
     evaluated = iwae.log_weights_fn(model, written, "bernoulli")(x, y, noise)
-    fns = ll.weight_functions(model, {"params": variables["params"]}, x, y, noise,
-                              "bernoulli", 1.0)
+    fns = ll.weight_functions(model, {"params": variables["params"]}, images=x, labels=y,
+                              noise=noise, likelihood="bernoulli", kl_weight=1.0)
     z = fns[0](variables["params"])
     live = fns[2](variables["params"], z) - fns[1](variables["params"], z)
     np.testing.assert_allclose(evaluated, live, rtol=1e-4, atol=1e-3)

@@ -54,11 +54,11 @@ def toy_fns(noise):
 
 
 def iwae_value(params, noise):
-    return obj.iwae_bound(obj.iwae_log_weights(params, *toy_fns(noise))).sum()
+    return obj.iwae_bound(obj.iwae_log_weights(params, toy_fns(noise))).sum()
 
 
 def dreg_value(params, noise):
-    return obj.dreg_surrogate(*obj.dreg_log_weights(params, *toy_fns(noise))).sum()
+    return obj.dreg_surrogate(*obj.dreg_log_weights(params, toy_fns(noise))).sum()
 
 
 def log_evidence(mu) -> np.ndarray:
@@ -77,11 +77,11 @@ def noise_of(seed: int, k: int) -> jax.Array:
 
 def test_k1_bound_is_the_single_sample_elbo_and_averages_to_the_analytic_elbo():
     params = toy_params()
-    log_w = obj.iwae_log_weights(params, *toy_fns(noise_of(0, 1)))
+    log_w = obj.iwae_log_weights(params, toy_fns(noise_of(0, 1)))
     np.testing.assert_array_equal(obj.iwae_bound(log_w), log_w[0])
     # The mean of 40,000 single-sample bounds is the ELBO in closed form:
     # E_q[log N(x; z, I)] + E_q[log N(z; mu, I)] + H(q).
-    many = obj.iwae_log_weights(params, *toy_fns(noise_of(1, 40000)))
+    many = obj.iwae_log_weights(params, toy_fns(noise_of(1, 40000)))
     m, var, mu = params["q"]["mean"], jnp.exp(params["q"]["logvar"]), params["p"]["mu"]
     elbo = (-0.5 * jnp.sum(math.log(2 * math.pi) + jnp.square(X - m) + var, axis=-1)
             - 0.5 * jnp.sum(math.log(2 * math.pi) + jnp.square(m - mu) + var, axis=-1)
@@ -94,14 +94,14 @@ def test_k1_bound_is_the_single_sample_elbo_and_averages_to_the_analytic_elbo():
 def test_bound_is_exact_at_the_true_posterior_for_any_k(k):
     """With q the true posterior every weight is p(x): the bound is log p(x), draw by draw."""
     params = posterior_params()
-    bound = obj.iwae_bound(obj.iwae_log_weights(params, *toy_fns(noise_of(2, k))))
+    bound = obj.iwae_bound(obj.iwae_log_weights(params, toy_fns(noise_of(2, k))))
     np.testing.assert_allclose(bound, log_evidence(params["p"]["mu"]), rtol=1e-5)
 
 
 def test_bound_tightens_with_k_towards_log_evidence():
     params = toy_params()
     means = [float(jnp.mean(jax.vmap(lambda n: obj.iwae_bound(
-        obj.iwae_log_weights(params, *toy_fns(n))))(noise_of(3, 2000 * k).reshape(2000, k, 2, D))))
+        obj.iwae_log_weights(params, toy_fns(n))))(noise_of(3, 2000 * k).reshape(2000, k, 2, D))))
         for k in (1, 4, 16)]
     assert means[0] < means[1] < means[2] < float(log_evidence(params["p"]["mu"]).mean())
 
@@ -214,7 +214,7 @@ def test_model_log_weights_are_the_evaluations(tiny_cvae):
     model, variables, x, y, latent_dim = tiny_cvae
     key, indices = jax.random.key(3), jnp.arange(4)
     noise = jax.vmap(lambda i: iwae_eval.sample_noise(key, i, (6, latent_dim)))(indices)
-    ours = obj.model_log_weights(model, variables, x, y, noise)
+    ours = obj.model_log_weights(model, variables, images=x, labels=y, noise=noise)
     theirs = iwae_eval.log_weights(model, variables, images=x, labels=y, key=key,
                                    indices=indices, likelihood="bernoulli")
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
@@ -226,7 +226,8 @@ def test_one_batched_pass_equals_ten_passes_of_one_label(tiny_cvae):
 
     @jax.jit
     def log_weights_fn(images, labels, draws):
-        return obj.model_log_weights(model, variables, images, labels, draws)
+        return obj.model_log_weights(model, variables, images=images, labels=labels,
+                                     noise=draws)
 
     bounds = obj.per_label_bounds(log_weights_fn, x, noise)
     for label in range(10):
@@ -244,6 +245,7 @@ def test_a_trained_model_reads_digits_by_bayes_rule(transfer_run):
     noise = normals(12, (8, len(x), config.latent_dim))
     bounds = obj.per_label_bounds(
         lambda images, y, draws: obj.model_log_weights(
-            model, checkpoint.state.eval_variables(), images, y, draws), x, noise)
+            model, checkpoint.state.eval_variables(), images=images, labels=y, noise=draws),
+        x, noise)
     read, _ = obj.bayes_classify(bounds)
     assert np.mean(np.asarray(read) == labels) >= 0.95

@@ -48,7 +48,7 @@ def digits():
 def test_a_perfect_autoencoder_scores_as_the_real_even_half(digits):
     images, labels = digits
     sampler = IdentitySampler()
-    result = reconstructions.scores(sampler, PixelClassifier(), images, labels)
+    result = reconstructions.scores(sampler, PixelClassifier(), images_u8=images, labels=labels)
     real = fidelity.reference_scores(PixelClassifier(), images, labels)
     for name in ("fd", "precision", "recall", "coverage"):
         assert result[name] == pytest.approx(real[name], rel=1e-9, abs=1e-12), name
@@ -61,7 +61,8 @@ def test_a_perfect_autoencoder_scores_as_the_real_even_half(digits):
 
 def test_the_samples_fd_is_put_against_the_reconstructions(digits):
     images, labels = digits
-    result = reconstructions.scores(IdentitySampler(), PixelClassifier(), images, labels,
+    result = reconstructions.scores(IdentitySampler(), PixelClassifier(), images_u8=images,
+                                    labels=labels,
                                     samples_fd=3 * 0.5)
     assert result["fd_ratio"] == pytest.approx(1.5 / result["fd"])
     line = reconstructions.summary_line(result)

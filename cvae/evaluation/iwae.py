@@ -171,7 +171,7 @@ def marginal_log_likelihood(log_px_given_label: np.ndarray) -> np.ndarray:
 
 
 def check_marginal(log_px_given_y: np.ndarray, log_px_given_label: np.ndarray,
-                   log_px: np.ndarray, tolerance: float = 1e-3) -> dict[str, float | bool]:
+                   log_px: np.ndarray, *, tolerance: float = 1e-3) -> dict[str, float | bool]:
     """The two inequalities that hold for every example, given the same per-label estimates:
 
     -log p(x) <= -log p(x|y) + log 10   (the true label's own share of the sum), and

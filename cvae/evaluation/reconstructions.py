@@ -26,7 +26,7 @@ def reconstruct(sampler, images_u8: np.ndarray, labels: np.ndarray) -> np.ndarra
     return sampler.decode_codes(mean, labels)
 
 
-def scores(sampler, classifier, images_u8: np.ndarray, labels: np.ndarray,
+def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
            samples_fd: float | None = None) -> dict:
     """Accuracy, FD, precision, recall and coverage of the reconstructions of the even half of
     `images_u8` against the odd half (`fidelity.score_images`' keys), with "digits", and with

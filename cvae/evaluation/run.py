@@ -184,7 +184,8 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
                                                   labels=labels,
                                                   seed=options.seed)
         results["fidelity"]["reconstructions"] = reconstructions.scores(
-            sampler, classifier, images_u8, labels, results["fidelity"]["samples"]["fd"])
+            sampler, classifier, images_u8=images_u8, labels=labels,
+            samples_fd=results["fidelity"]["samples"]["fd"])
     return results
 
 

@@ -55,18 +55,21 @@ class LadderOutputs(NamedTuple):
     layers: tuple[LayerTerms, ...]  # bottom layer first
 
 
-def combine(mean_bu, logvar_bu, mean_td, logvar_td) -> tuple[jax.Array, jax.Array]:
+def combine(bottom_up: tuple, top_down: tuple) -> tuple[jax.Array, jax.Array]:
     """The precision-weighted product of two Gaussians, normalised: sigma_q^2 = 1 /
     (sigma_bu^-2 + sigma_td^-2), mu_q = (mu_bu sigma_bu^-2 + mu_td sigma_td^-2) sigma_q^2.
-    In log-variances, so that neither precision overflows: each mean's weight is a sigmoid."""
+    In log-variances, so that neither precision overflows: each mean's weight is a sigmoid.
+    bottom_up, top_down: (mean, logvar) each."""
+    (mean_bu, logvar_bu), (mean_td, logvar_td) = bottom_up, top_down
     logvar = -jnp.logaddexp(-logvar_bu, -logvar_td)
     mean = mean_bu * jax.nn.sigmoid(logvar_td - logvar_bu) + \
         mean_td * jax.nn.sigmoid(logvar_bu - logvar_td)
     return mean, logvar
 
 
-def gaussian_kl(q_mean, q_logvar, p_mean, p_logvar) -> jax.Array:
-    """KL(N(q) || N(p)) per dimension, diagonal Gaussians."""
+def gaussian_kl(q: tuple, p: tuple) -> jax.Array:
+    """KL(N(q) || N(p)) per dimension, diagonal Gaussians; q, p: (mean, logvar) each."""
+    (q_mean, q_logvar), (p_mean, p_logvar) = q, p
     return 0.5 * (p_logvar - q_logvar - 1.0
                   + (jnp.exp(q_logvar) + jnp.square(q_mean - p_mean)) * jnp.exp(-p_logvar))
 
@@ -74,7 +77,8 @@ def gaussian_kl(q_mean, q_logvar, p_mean, p_logvar) -> jax.Array:
 def layer_kls(outputs: LadderOutputs) -> tuple[jax.Array, ...]:
     """Each layer's KL per dimension, f32[..., B, L_l], bottom first (the top's against N(0, I);
     with a learned top prior use log_q - log_p for it)."""
-    return tuple(gaussian_kl(t.q_mean, t.q_logvar, t.p_mean, t.p_logvar) for t in outputs.layers)
+    return tuple(gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar))
+                 for t in outputs.layers)
 
 
 def log_q(outputs: LadderOutputs) -> jax.Array:
@@ -186,7 +190,7 @@ class LadderCVAE(nn.Module):
         """p(z_layer | z_layer+1, y): (mean, logvar) f32[..., B, L_layer]."""
         return self.top_down_heads[layer](self.top_down_nets[layer](_with_label(z_above, onehot)))
 
-    def __call__(self, images: jax.Array, labels: jax.Array, noise: jax.Array,
+    def __call__(self, images: jax.Array, labels: jax.Array, noise: jax.Array, *,
                  train: bool = False) -> LadderOutputs:
         """images f32[B, 784] in [0, 1], labels i32[B], noise f32[..., B, total_dim] (unit
         normals, top layer first; leading axes are importance samples) -> the draw, its
@@ -194,7 +198,7 @@ class LadderCVAE(nn.Module):
         here behaves differently in training.)"""
         del train
         eps = self.split(noise)
-        return self._walk(images, labels, eps[-1].shape,
+        return self._walk(images, labels, eps[-1].shape, z_of=
                           lambda layer, mean, logvar: mean + jnp.exp(0.5 * logvar) * eps[layer])
 
     def score(self, images: jax.Array, labels: jax.Array, z: jax.Array) -> LadderOutputs:
@@ -203,9 +207,9 @@ class LadderCVAE(nn.Module):
         With a draw of `__call__` it gives that call's outputs; DReG evaluates log q and
         log p of fixed draws with it (cvae/model/objectives.py)."""
         given = self.split(z)
-        return self._walk(images, labels, given[-1].shape, lambda layer, *_: given[layer])
+        return self._walk(images, labels, given[-1].shape, z_of=lambda layer, *_: given[layer])
 
-    def _walk(self, images, labels, top_shape, z_of: Callable) -> LadderOutputs:
+    def _walk(self, images, labels, top_shape, *, z_of: Callable) -> LadderOutputs:
         """The top-down pass: z_of(layer, q_mean, q_logvar) gives each layer's z."""
         onehot = jax.nn.one_hot(labels, NUM_CLASSES)
         bottom_up = self.bottom_up(images, onehot)
@@ -215,13 +219,13 @@ class LadderCVAE(nn.Module):
         layers = [LayerTerms(z, mean, logvar, jnp.zeros_like(z), jnp.zeros_like(z))]
         for layer in reversed(range(top)):
             p_mean, p_logvar = self.top_down(layer, z, onehot)
-            q_mean, q_logvar = combine(*bottom_up[layer], p_mean, p_logvar)
+            q_mean, q_logvar = combine(bottom_up[layer], (p_mean, p_logvar))
             z = z_of(layer, q_mean, q_logvar)
             layers.insert(0, LayerTerms(z, q_mean, q_logvar, p_mean, p_logvar))
         logits = self.decode_all(self.join([t.z for t in layers]), labels)
         return LadderOutputs(logits, tuple(layers))
 
-    def decode_all(self, z: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
+    def decode_all(self, z: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
         """Every layer's z f32[..., B, total_dim] (top first) -> pixel logits f32[..., B, 784]."""
         del train
         onehot = jax.nn.one_hot(labels, NUM_CLASSES)
@@ -268,12 +272,12 @@ class LadderCVAE(nn.Module):
         z_top = eps[-1] if top_prior_sample is None else top_prior_sample(eps[-1], labels)
         return self.decode_all(self.prior_path(z_top, labels, eps), labels)
 
-    def encode(self, images: jax.Array, labels: jax.Array, train: bool = False):
+    def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
         """The top layer's posterior q(z_n | x, y): (mean, logvar) f32[B, L_n]."""
         del train
         return self.bottom_up(images, jax.nn.one_hot(labels, NUM_CLASSES))[-1]
 
-    def decode(self, codes: jax.Array, labels: jax.Array, train: bool = False) -> jax.Array:
+    def decode(self, codes: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
         """Top-layer codes f32[B, L_n] -> logits, each layer below at its top-down mean."""
         del train
         zeros = [jnp.zeros(codes.shape[:-1] + (d,), codes.dtype) for d in self.latent_dims]

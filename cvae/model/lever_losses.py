@@ -44,7 +44,7 @@ def uses_levers(config: Config) -> bool:
             or config.stochastic_layers > 1)
 
 
-def draw_noise(key: jax.Array, model, config: Config, batch: int) -> jax.Array:
+def draw_noise(key: jax.Array, model, *, config: Config, batch: int) -> jax.Array:
     """The step's unit-normal noise, f32[K, B, D]."""
     return jax.random.normal(key, (config.importance_samples, batch, noise_width(model)))
 
@@ -73,8 +73,8 @@ def _floored(kl_per_dim_mean: jax.Array, free_bits: float) -> jax.Array:
     return jnp.maximum(kl_per_dim_mean, free_bits) if free_bits > 0 else kl_per_dim_mean
 
 
-def elbo_terms(model, variables: dict, images, labels, noise, likelihood: str, free_bits: float
-               ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def elbo_terms(model, variables: dict, *, images, labels, noise, likelihood: str,
+               free_bits: float) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(reconstruction mean, KL mean, the KL as the loss counts it: floored by free bits)."""
     log_prior = learned_log_prior(model, variables)
     if isinstance(model, hierarchical.LadderCVAE):
@@ -101,7 +101,7 @@ def elbo_terms(model, variables: dict, images, labels, noise, likelihood: str, f
     return rec.mean(), kl, jnp.maximum(kl, free_bits * z.shape[-1])
 
 
-def elbo_per_example(model, variables: dict, images, labels, noise, likelihood: str) -> dict:
+def elbo_per_example(model, variables: dict, *, images, labels, noise, likelihood: str) -> dict:
     """One draw's ELBO terms per example, for validation and `cvae eval`: {"reconstruction"
     f32[B], "kl" f32[B], "kl_per_dim" f32[B, D]}. kl_per_dim holds the analytic KL of every
     dimension against its layer's prior; a learned prior's dimensions have no per-dimension KL
@@ -128,7 +128,7 @@ def elbo_per_example(model, variables: dict, images, labels, noise, likelihood: 
             "kl": obj.gaussian_log_density(z, mean, logvar) - log_prior(z, labels)}
 
 
-def weight_functions(model, variables: dict, images, labels, noise, likelihood: str,
+def weight_functions(model, variables: dict, *, images, labels, noise, likelihood: str,
                      kl_weight) -> tuple[Callable, Callable, Callable]:
     """(sample_fn, log_q_fn, log_joint_fn) of params, as cvae/model/objectives.py wants them:
     log w = log_joint - log_q = log p(x|z,y) + beta * (log p(z|y) - log q(z|x,y))."""
@@ -182,18 +182,20 @@ def lever_loss(model, variables: dict, *, images, labels, noise, config: Config,
                ) -> tuple[jax.Array, dict]:
     """-> (loss, terms) of one batch under the config's objective (module docstring)."""
     if config.objective == "elbo":
-        rec, kl, counted = elbo_terms(model, variables, images, labels, noise,
-                                      config.likelihood, config.free_bits)
+        rec, kl, counted = elbo_terms(model, variables, images=images, labels=labels,
+                                      noise=noise, likelihood=config.likelihood,
+                                      free_bits=config.free_bits)
         loss = rec + kl_weight * counted
         return loss, {"reconstruction": rec, "kl": kl, "loss": loss}
-    fns = weight_functions(model, variables, images, labels, noise, config.likelihood,
-                           kl_weight)
+    fns = weight_functions(model, variables, images=images, labels=labels, noise=noise,
+                           likelihood=config.likelihood, kl_weight=kl_weight)
     if config.objective == "iwae":
-        bound = obj.iwae_bound(obj.iwae_log_weights(variables["params"], *fns))
+        bound = obj.iwae_bound(obj.iwae_log_weights(variables["params"], fns))
     else:
-        bound = obj.dreg_surrogate(*obj.dreg_log_weights(variables["params"], *fns))
+        bound = obj.dreg_surrogate(*obj.dreg_log_weights(variables["params"], fns))
     loss = -bound.mean()
     # The first draw's ELBO terms, for the metrics only (one more pass over B rows, no gradient).
-    rec, kl, _ = elbo_terms(model, jax.lax.stop_gradient(variables), images, labels, noise[:1],
-                            config.likelihood, 0.0)
+    rec, kl, _ = elbo_terms(model, jax.lax.stop_gradient(variables), images=images,
+                            labels=labels, noise=noise[:1], likelihood=config.likelihood,
+                            free_bits=0.0)
     return loss, {"reconstruction": rec, "kl": kl, "loss": loss, "bound": bound.mean()}

@@ -61,20 +61,21 @@ def normalized_weights(log_weights: jax.Array) -> jax.Array:
     return jax.lax.stop_gradient(jax.nn.softmax(log_weights, axis=0))
 
 
-def iwae_log_weights(params: Params, sample_fn: Callable, log_q_fn: Callable,
-                     log_joint_fn: Callable) -> jax.Array:
+def iwae_log_weights(params: Params, fns: tuple[Callable, Callable, Callable]) -> jax.Array:
     """log w f32[K, B] with every gradient path open (the plain IWAE gradient).
 
-    sample_fn(params) -> z: reparameterised draws (any pytree, leading axes [K, B]);
-    log_q_fn(params, z) -> log q(z | x, y) f32[K, B]; log_joint_fn(params, z) ->
-    log p(x, z | y) f32[K, B]. Each function closes over its images and labels.
+    fns = (sample_fn, log_q_fn, log_joint_fn): sample_fn(params) -> z, reparameterised draws
+    (any pytree, leading axes [K, B]); log_q_fn(params, z) -> log q(z | x, y) f32[K, B];
+    log_joint_fn(params, z) -> log p(x, z | y) f32[K, B]. Each closes over its images and
+    labels.
     """
+    sample_fn, log_q_fn, log_joint_fn = fns
     z = sample_fn(params)
     return log_joint_fn(params, z) - log_q_fn(params, z)
 
 
-def dreg_log_weights(params: Params, sample_fn: Callable, log_q_fn: Callable,
-                     log_joint_fn: Callable) -> tuple[jax.Array, jax.Array]:
+def dreg_log_weights(params: Params, fns: tuple[Callable, Callable, Callable]
+                     ) -> tuple[jax.Array, jax.Array]:
     """(encoder path, model path): the same values of log w f32[K, B], with different gradients.
 
     Encoder path: z_k = sample_fn(params) keeps its reparameterised gradient; p and q are
@@ -82,6 +83,7 @@ def dreg_log_weights(params: Params, sample_fn: Callable, log_q_fn: Callable,
     path: z_k frozen, p evaluated with live parameters (q's density has no live parameters: its
     score term is what DReG removes). Arguments as `iwae_log_weights`.
     """
+    sample_fn, log_q_fn, log_joint_fn = fns
     z = sample_fn(params)
     frozen = jax.lax.stop_gradient(params)
     encoder_path = log_joint_fn(frozen, z) - log_q_fn(frozen, z)
@@ -104,7 +106,7 @@ def dreg_surrogate(encoder_path: jax.Array, model_path: jax.Array) -> jax.Array:
     return bound + surrogate - jax.lax.stop_gradient(surrogate)
 
 
-def model_log_weights(model, variables: dict, images: jax.Array, labels: jax.Array,
+def model_log_weights(model, variables: dict, *, images: jax.Array, labels: jax.Array,
                       noise: jax.Array, likelihood: str = "bernoulli") -> jax.Array:
     """log w f32[K, B] of a one-latent CVAE (`encode`, `decode`, `log_prior` methods) for given
     noise f32[K, B, L]: the encoder runs once, the decoder on all K * B draws in one call."""

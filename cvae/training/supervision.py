@@ -92,7 +92,8 @@ class FullLabels:
         bound of the run's model levers (`cvae.model.lever_losses`: IWAE/DReG, a learned prior,
         the ladder), its noise drawn from the step's key."""
         if lever_losses.uses_levers(self.config):
-            noise = lever_losses.draw_noise(keys.z, model, self.config, images.shape[0])
+            noise = lever_losses.draw_noise(keys.z, model, config=self.config,
+                                             batch=images.shape[0])
             loss, terms = lever_losses.lever_loss(model, variables, images=images,
                                                   labels=labels, noise=noise,
                                                   config=self.config, kl_weight=kl_weight)

@@ -62,10 +62,11 @@ def _create_lever_eval_step(model, config: Config) -> Callable:
         binarize_key, z_key = jax.random.split(key)
         batch = to_batch(images, labels)
         x = maybe_binarize(binarize_key, batch["image"], config)
-        noise = lever_losses.draw_noise(z_key, model, config.replace(importance_samples=1),
-                                        x.shape[0])
-        terms = lever_losses.elbo_per_example(model, variables, x, batch["label"], noise,
-                                              config.likelihood)
+        noise = lever_losses.draw_noise(z_key, model,
+                                        config=config.replace(importance_samples=1),
+                                        batch=x.shape[0])
+        terms = lever_losses.elbo_per_example(model, variables, images=x, labels=batch["label"],
+                                              noise=noise, likelihood=config.likelihood)
         return {"reconstruction": jnp.sum(terms["reconstruction"] * mask),
                 "kl": jnp.sum(terms["kl"] * mask),
                 "kl_per_dim": jnp.sum(terms["kl_per_dim"] * mask[:, None], axis=0),
