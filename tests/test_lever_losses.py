@@ -52,8 +52,8 @@ def test_the_one_latent_elbo_is_todays_loss(free_bits):
     mean, logvar = model.apply(variables, x, y, method="encode")
     logits = model.apply(variables, mean + jnp.exp(0.5 * logvar) * noise[0], y,
                          method="decode")
-    expected, _ = vae_loss(logits, x, mean=mean, logvar=logvar, likelihood="bernoulli", kl_weight=0.7,
-                           free_bits=free_bits)
+    expected, _ = vae_loss(logits, x, mean=mean, logvar=logvar, likelihood="bernoulli",
+                           kl_weight=0.7, free_bits=free_bits)
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
     assert set(terms) >= {"reconstruction", "kl", "loss"}
 
