@@ -223,6 +223,12 @@ class Sampler:
         return self.config.latent_dim
 
     @property
+    def has_classifier(self) -> bool:
+        """Whether `classify` is the model's own q(y|x) (a `--labels N` model), not Bayes'
+        rule."""
+        return self.classify_fn is not None and create_model(self.config).has_classifier
+
+    @property
     def image_pixels(self) -> int:
         """The width of `encode_fn`'s rows."""
         return IMAGE_PIXELS
