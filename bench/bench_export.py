@@ -50,7 +50,8 @@ def measure(checkpoint_dir: str, batches=BATCHES, rounds: int = 7, repeats: int 
                "hidden_sizes": list(sampler.config.hidden_sizes), "prior": sampler.config.prior,
                "rounds": rounds, "batches": {}}
     for batch in batches:
-        noise, labels = request_latents(0, DIGITS, -(-batch // 10), sampler.latent_dim, 1.0)
+        noise, labels = request_latents(0, DIGITS, -(-batch // 10),
+                                        latent_dim=sampler.latent_dim, temperature=1.0)
         noise, labels = noise[:batch], labels[:batch]
         feeds = {"noise": noise, "label": labels}
         sampler.decode(noise, labels), onnx.run(None, feeds)  # warm up

@@ -64,7 +64,7 @@ def test_stablehlo_gives_the_samplers_bits_on_its_block_shapes(kind, exported):
     folder = exported(kind)
     sampler = open_sampler(folder)
     rows = min(sampler.block_sizes)
-    noise, labels = request_latents(3, DIGITS, 10, sampler.latent_dim, 0.8)
+    noise, labels = request_latents(3, DIGITS, 10, latent_dim=sampler.latent_dim, temperature=0.8)
     noise, labels = noise[:rows], labels[:rows]
     images = np.asarray(load_stablehlo(folder / "sample.stablehlo").call(noise, labels))
     assert images.view(np.uint32).tobytes() == sampler.decode(noise, labels).view(np.uint32) \
@@ -87,7 +87,8 @@ def test_stablehlo_takes_any_batch_size_within_float_rounding(exported):
     sampler = open_sampler(folder)
     sample = load_stablehlo(folder / "sample.stablehlo")
     for rows in (1, 3, 100):
-        noise, labels = request_latents(0, DIGITS, rows, sampler.latent_dim, 1.0)
+        noise, labels = request_latents(0, DIGITS, rows,
+                                        latent_dim=sampler.latent_dim, temperature=1.0)
         noise, labels = noise[:rows], labels[:rows]
         images = np.asarray(sample.call(noise, labels))
         assert images.shape == (rows, 28, 28)
@@ -98,7 +99,7 @@ def test_stablehlo_takes_any_batch_size_within_float_rounding(exported):
 def test_onnx_runtime_agrees_within_1e5_on_1000_noise_vectors_per_digit(kind, exported):
     folder = exported(kind)
     sampler = open_sampler(folder)
-    noise, labels = request_latents(7, DIGITS, 1000, sampler.latent_dim, 1.0)
+    noise, labels = request_latents(7, DIGITS, 1000, latent_dim=sampler.latent_dim, temperature=1.0)
     ours = run_onnx(folder / "sample.onnx", {"noise": noise, "label": labels})[0]
     theirs = sampler.decode(noise, labels)
     assert ours.shape == theirs.shape == (10000, 28, 28)

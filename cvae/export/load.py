@@ -50,7 +50,7 @@ def load_exported_sampler(folder: str | Path, block_rows: int | None = None):
 
     exported = load_export(folder)
     sampler = create_sampler(create_model(exported.config), exported.config, exported.variables,
-                             exported.step, block_rows)
+                             step=exported.step, block_rows=block_rows)
     sampler.check_blocks()
     return sampler
 

@@ -45,7 +45,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, force: bool =
     from cvae.sampling.sampler import create_sampler
 
     sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
-                             checkpoint.state.eval_variables(), checkpoint.step)
+                             checkpoint.variables, step=checkpoint.step)
     sampler.check_blocks()
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))
@@ -71,9 +71,9 @@ def check_out(out: Path, checkpoint_dir: Path, force: bool) -> None:
 
 def finished_checkpoint(directory: Path):
     """The newest step of `directory`, refused when a step is still being written, or when
-    the newest one is uncommitted or does not read (where `load_checkpoint` would quietly
+    the newest one is uncommitted or does not read (where `load_trained_model` would quietly
     fall back to an older step)."""
-    from cvae.training.checkpoints import READ_ERRORS, load_checkpoint
+    from cvae.model.store import READ_ERRORS, load_trained_model
 
     steps = []
     if directory.is_dir():
@@ -84,14 +84,14 @@ def finished_checkpoint(directory: Path):
                                   f"then export")
         steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
     if not steps:
-        return load_checkpoint(directory)  # its one-line CheckpointError says what to do
+        return load_trained_model(directory)  # its one-line CheckpointError says what to do
     newest = max(steps)
     hint = (f"{directory}: the newest step, {newest}, does not read (unfinished or damaged): "
             f"move it away to export the step before it")
     if not (directory / str(newest) / COMMITTED).is_file():
         raise CheckpointError(hint)
     try:
-        return load_checkpoint(directory, newest)
+        return load_trained_model(directory, newest)
     except READ_ERRORS as error:
         raise CheckpointError(f"{hint} ({str(error).splitlines()[0]})") from None
 
@@ -126,7 +126,8 @@ def verify(folder: Path, sampler) -> dict:
     if stored.keys() != expected.keys() or not all(
             np.array_equal(stored[k], np.asarray(expected[k])) for k in expected):
         raise AssertionError(f"{WEIGHTS} does not read back into the exported variables")
-    noise, labels = request_latents(0, DIGITS, ONNX_ROWS_PER_DIGIT, sampler.latent_dim, 1.0)
+    noise, labels = request_latents(0, DIGITS, ONNX_ROWS_PER_DIGIT,
+                                    latent_dim=sampler.latent_dim, temperature=1.0)
     sizes = sorted({min(sampler.block_sizes), max(sampler.block_sizes)})
     count = max(1000, sizes[-1])  # digits (the sampler's own) for encode and classify
     digits = _to_uint8(sampler.decode(noise[:count], labels[:count]))
