@@ -171,6 +171,8 @@ def add_eval_command(commands) -> None:
                           help="importance samples evaluated at once (memory; default 100)")
     evaluate.add_argument("--test-limit", type=bounded(int, 0), default=None,
                           help="evaluate the first N test examples (default all)")
+    evaluate.add_argument("--iwae-limit", type=bounded(int, 0), default=None,
+                          help="the IWAE bounds on the first N of those only (default all)")
     evaluate.add_argument("--samples-per-digit", type=bounded(int, 2, 10000), default=None,
                           help="generated digits per label for the fidelity scores (default 500)")
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
@@ -238,6 +240,9 @@ def cmd_train(args) -> int:
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     config = config_from_args(args)
+    from cvae.model.levers import check_trainable
+
+    check_trainable(config)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
     # Training never opens the test files: selection uses the validation split

@@ -29,10 +29,13 @@ KLSchedule = Literal["constant", "linear"]
 Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 LRSchedule = Literal["constant", "linear", "cosine", "warmup_cosine", "warmup_linear"]
 Freeze = Literal["none", "encoder", "decoder"]
-Prior = Literal["standard", "mixture"]
+Prior = Literal["standard", "mixture", "vamp", "learned_mixture"]
+Objective = Literal["elbo", "iwae", "dreg"]
 PriorCodes = Literal["samples", "means"]
 
 NUM_CLASSES = 10  # every dataset above has ten classes, labelled 0..9 (and so has the model)
+MAX_STOCHASTIC_LAYERS = 5  # the ladder VAE's depth on MNIST in Sonderby et al. 2016
+MAX_IMPORTANCE_SAMPLES = 256  # training's K; evaluation's IWAE K is a `cvae eval` flag
 
 
 def knob(default: Any, doc: str) -> Any:
@@ -67,10 +70,16 @@ class Config:
     label_conditioning: LabelConditioning = knob(
         "every", "Decoder: add the label at its first layer only, or feed it to every layer.")
     prior: Prior = knob(
-        "mixture", "p(z|y) for sampling and evaluation: N(0, I), or a per-class Gaussian "
-                    "mixture fitted to the codes after each evaluated epoch (training's KL "
-                    "always uses N(0, I)).")
+        "mixture", "p(z|y): N(0, I); a per-class Gaussian mixture fitted to the codes after "
+                    "each evaluated epoch, for sampling and evaluation only (training's KL uses "
+                    "N(0, I)); or learned with the model: a VampPrior or a per-class mixture.")
     prior_components: int = knob(10, "Components of each class's mixture prior.")
+    pseudo_inputs: int = knob(
+        50, "With --prior vamp: pseudo-inputs per class; p(z|y) is the mean of q(z|u,y) over "
+            "them (Tomczak and Welling 2018).")
+    stochastic_layers: int = knob(
+        1, "Latent layers: 1 is today's CVAE; more, a ladder VAE with --latent-dim at the bottom.")
+    upper_latent_dim: int = knob(8, "Dimensions of each ladder layer above the bottom one.")
     prior_codes: PriorCodes = knob(
         "means", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
                    "aggregate posterior), or its mean (tighter: more typical samples).")
@@ -95,6 +104,10 @@ class Config:
     kl_warmup_steps: int = knob(0, "Steps of the linear KL warm-up.")
     free_bits: float = knob(
         0.0, "Floor, in nats, on each latent dimension's batch-mean KL in the loss (0 = off).")
+    objective: Objective = knob(
+        "elbo", "Training bound: the ELBO, or the importance-weighted bound with its plain "
+                "gradient (iwae) or the doubly reparameterised one (dreg, Tucker et al. 2019).")
+    importance_samples: int = knob(1, "With --objective iwae or dreg: samples K per image.")
 
     # Optimisation.
     optimizer: Optimizer = knob("adam", "The Optax optimizer.")
@@ -163,7 +176,8 @@ class Config:
                                   f"allowed {', '.join(CHOICES[name])}")
         positive_ints = ("latent_dim", "batch_size", "steps_per_call", "eval_batch_size",
                          "eval_every", "prior_components", "accumulation_steps",
-                         "keep_checkpoints", "epochs")
+                         "keep_checkpoints", "epochs", "importance_samples", "pseudo_inputs",
+                         "stochastic_layers", "upper_latent_dim")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
@@ -192,7 +206,17 @@ class Config:
         if not 0 < self.logvar_bound <= 30:
             raise ConfigError(f"logvar_bound={self.logvar_bound}: must be in (0, 30]")
         self._validate_labels()
+        self._validate_model_levers()
         return self
+
+    def _validate_model_levers(self) -> None:
+        for name, high in (("stochastic_layers", MAX_STOCHASTIC_LAYERS),
+                           ("importance_samples", MAX_IMPORTANCE_SAMPLES)):
+            if getattr(self, name) > high:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be in [1, {high}]")
+        if self.objective == "elbo" and self.importance_samples != 1:
+            raise ConfigError(f"importance_samples={self.importance_samples}: only with "
+                              f"--objective iwae or dreg (the ELBO draws one sample)")
 
     def _validate_labels(self) -> None:
         if self.labels != "all" and not (self.labels.isdigit() and int(self.labels) > 0

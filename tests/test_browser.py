@@ -201,8 +201,8 @@ def test_drawing_a_digit_shows_it_in_all_ten_digits(browser, trained_run):
     assert_in_view_without_scrolling(driver, "transfer-grid")
     status = driver.find_element(By.ID, "transfer-status").text
     assert status.startswith("read as ") and f"step {max(trained_run.steps)}" in status
-    # Beside it, the model's own reading: this one was trained with every label, so none.
-    wait.until(lambda d: "no classifier" in d.find_element(By.ID, "reading").text)
+    # Beside it, the model's own reading: trained with every label, it reads by Bayes' rule.
+    wait.until(lambda d: "the model reads" in d.find_element(By.ID, "reading").text)
 
     # Undo leaves a blank pad; Transfer then says so, from the server's message.
     driver.find_element(By.ID, "undo").click()

@@ -111,6 +111,14 @@ def test_bad_config_value_is_one_line_naming_the_field(tmp_path):
     assert result.stderr.strip() == "cvae train: error: batch_size=0: must be >= 1"
 
 
+def test_a_lever_not_trained_yet_is_refused_in_one_line(tmp_path):
+    result = cvae("train", "--stochastic-layers", 2, "--data-dir", tmp_path,
+                  "--checkpoint-dir", tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("cvae train: error: stochastic_layers=2: not "
+                                            "trained")
+
+
 def test_missing_data_is_one_line_saying_what_to_run(tmp_path):
     result = cvae("train", "--data-dir", tmp_path / "nodata", "--checkpoint-dir", tmp_path / "ck")
     assert result.returncode == 2
@@ -137,7 +145,9 @@ EVERY_FIELD = dict(
     steps_per_call=5, eval_batch_size=50, early_stopping_patience=4,
     early_stopping_min_delta=0.1, keep_checkpoints=2, validation_size=500, prior="standard",
     prior_components=3, prior_codes="samples", eval_every=2, schedule_epochs=3, labels="100",
-    classifier_weight=2.5, labelled_per_batch=8, classifier_shift=1, consistency_weight=4.0)
+    classifier_weight=2.5, labelled_per_batch=8, classifier_shift=1, consistency_weight=4.0,
+    objective="dreg", importance_samples=5, stochastic_layers=2, upper_latent_dim=4,
+    pseudo_inputs=7)
 
 
 def test_every_config_field_is_a_train_flag():

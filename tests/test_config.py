@@ -1,6 +1,7 @@
 import pytest
 
-from cvae.config import Config, ConfigError, default, get_preset, seed
+from cvae.config import Config, ConfigError, default, get_preset, likelihood, seed
+from cvae.model.levers import check_trainable
 
 
 def test_json_round_trip_is_exact():
@@ -68,3 +69,60 @@ def test_a_config_without_the_semi_supervised_fields_trains_on_every_label():
               if k not in ("labels", "classifier_weight", "labelled_per_batch",
                            "classifier_shift", "consistency_weight")}
     assert Config.from_dict(stored).labelled_count is None
+
+
+def test_model_lever_defaults_are_the_one_layer_elbo_model():
+    config = default()
+    assert (config.objective, config.importance_samples, config.stochastic_layers) == \
+        ("elbo", 1, 1)
+    assert config.prior == "mixture" and likelihood().prior == "mixture"
+    check_trainable(config)  # today's choices all train
+
+
+def test_a_config_stored_before_the_model_levers_loads_as_today():
+    values = default().to_dict()
+    for name in ("objective", "importance_samples", "stochastic_layers", "upper_latent_dim",
+                 "pseudo_inputs"):
+        del values[name]
+    assert Config.from_dict(values) == default()
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("objective", "vimco", "objective='vimco': allowed elbo, iwae, dreg"),
+    ("prior", "flow", "prior='flow': allowed standard, mixture, vamp, learned_mixture"),
+    ("importance_samples", 0, "importance_samples=0: must be >= 1"),
+    ("importance_samples", 1000, "importance_samples=1000: must be in [1, 256]"),
+    ("stochastic_layers", 6, "stochastic_layers=6: must be in [1, 5]"),
+    ("upper_latent_dim", 0, "upper_latent_dim=0: must be >= 1"),
+    ("pseudo_inputs", 0, "pseudo_inputs=0: must be >= 1"),
+])
+def test_model_lever_validation_names_the_field(field, value, fragment):
+    with pytest.raises(ConfigError) as error:
+        default().replace(**{field: value}).validate()
+    assert fragment in str(error.value)
+
+
+def test_importance_samples_need_an_importance_weighted_objective():
+    with pytest.raises(ConfigError, match="importance_samples=5: only with --objective"):
+        default().replace(importance_samples=5).validate()
+    assert default().replace(objective="iwae", importance_samples=5).validate()
+
+
+@pytest.mark.parametrize("changes", [{"objective": "dreg", "importance_samples": 5},
+                                     {"objective": "iwae", "importance_samples": 5},
+                                     {"prior": "vamp"}, {"prior": "learned_mixture"}])
+def test_wired_levers_train_and_their_unwired_combinations_are_refused(changes):
+    config = default().replace(**changes).validate()
+    assert Config.from_json(config.to_json()) == config
+    check_trainable(config)
+    with pytest.raises(ConfigError, match=f"{next(iter(changes))}=.*not trained with --labels"):
+        check_trainable(config.replace(labels="100"))
+    with pytest.raises(ConfigError, match="not trained with --batch-norm"):
+        check_trainable(config.replace(batch_norm=True))
+
+
+def test_the_ladder_is_refused_by_name_until_it_is_wired():
+    config = default().replace(stochastic_layers=2).validate()
+    assert Config.from_json(config.to_json()) == config
+    with pytest.raises(ConfigError, match="stochastic_layers=2.*not trained yet"):
+        check_trainable(config)

@@ -22,7 +22,7 @@ class Losses(Callback):
     def __init__(self): self.values = []
     def on_step_end(self, run, metrics): self.values += [float(v) for v in metrics["loss"]]
 
-config = config_lib.test().replace(epochs=2, batch_size=16)
+config = config_lib.test().replace(epochs=2, batch_size=16, **json.loads(sys.argv[3]))
 data = synthetic_dataset(80)
 out = {"devices": len(jax.devices())}
 for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
@@ -56,13 +56,28 @@ print(json.dumps(out))
 """
 
 
-def test_four_device_training_matches_one_device(tmp_path):
+def run_script(tmp_path, changes: dict) -> dict:
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
            "JAX_PLATFORMS": "cpu"}
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(Path(__file__).parent),
-                             str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+                             str(tmp_path), json.dumps(changes)], env=env, capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_model_lever_trains_the_same_on_four_devices_as_on_one(tmp_path):
+    """Issue 26: DReG (K = 3) with a VampPrior, one device against four."""
+    out = run_script(tmp_path, {"objective": "dreg", "importance_samples": 3, "prior": "vamp",
+                                "pseudo_inputs": 2})
+    assert len(out["one"]) == len(out["four"]) == 8
+    for single, parallel in zip(out["one"], out["four"]):
+        assert abs(single - parallel) <= 1e-3 * abs(single), (out["one"], out["four"])
+    assert out["restored_step"] == 8
+
+
+def test_four_device_training_matches_one_device(tmp_path):
+    out = run_script(tmp_path, {})
     assert out["devices"] == 4
     assert len(out["one"]) == len(out["four"]) == 8
     for single, parallel in zip(out["one"], out["four"]):

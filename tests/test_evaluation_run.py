@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from cvae.evaluation import reports
@@ -20,7 +21,7 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     out = tmp_path / "out" / "eval.json"
     code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
                  str(data_dir), "--json", str(out), "--iwae-k", "8", "--iwae-k-marginal", "2",
-                 "--iwae-chunk", "4", "--samples-per-digit", "6"])
+                 "--iwae-chunk", "4", "--iwae-limit", "40", "--samples-per-digit", "6"])
     assert code == 0
     table = capsys.readouterr().out
     assert "-log p(x|y), IWAE K=8" in table and "Fréchet" in table
@@ -29,6 +30,9 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     bound = results["iwae"]
     assert bound["k"] == 8 and bound["marginal_check"]["ok"]
     assert bound["nll_marginal"] <= bound["nll_conditional"] + np.log(10) + 1e-3
+    assert bound["examples"] == 40  # --iwae-limit: the bounds on a subset, the rest on all 64
+    assert bound["bayes_rule"]["k"] == 2 and 0 <= bound["bayes_rule"]["error"] <= 1
+    assert "argmax_y p(x|y) error, K=2" in table
     # K=8 is at least as tight as the single-sample ELBO on average (up to binarisation noise).
     assert bound["nll_conditional"] < results["elbo"]["neg_elbo"] + 5
     assert 0 <= results["elbo"]["active_units"] <= trained_run.config.latent_dim
@@ -36,6 +40,10 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     assert len(fid["samples"]["accuracy_per_digit"]) == 10
     assert 0 <= fid["samples"]["accuracy"] <= 1 and fid["real"]["fd"] >= 0
     assert (data_dir / "classifier").is_dir()  # cached beside the data
+    rebuilt = fid["reconstructions"]
+    assert rebuilt["digits"] == 32 and 0 <= rebuilt["recall"] <= 1
+    assert rebuilt["fd_ratio"] == pytest.approx(fid["samples"]["fd"] / rebuilt["fd"])
+    assert "reconstructions (32 test digits)" in table
     swap = results["label_swap"]
     assert swap["swaps"] == 9 * 64 and 0 <= swap["accuracy"] <= 1
     assert "label swap (64 digits x 9 labels)" in table and "style survival r" in table

@@ -80,3 +80,77 @@ def test_test_set_bounds_pass_the_marginal_check(tiny):
     # The check catches a wrong marginal.
     assert not iwae.check_marginal(bounds["log_px_given_y"], bounds["log_px_given_label"],
                                    bounds["log_px"] - 5 * math.log(10))["ok"]
+
+
+def test_the_ten_label_table_is_ten_single_label_bounds_with_common_draws(tiny):
+    model, variables, x, _, _, _ = tiny
+    key = jax.random.key(7)
+    table = iwae.create_label_table_fn(model, "bernoulli", 6, chunk=4)(variables, x, key)
+    single = iwae.create_iwae_fn(model, "bernoulli", 6, chunk=6)
+    for label in range(10):
+        alone = single(variables, x, jnp.full((32,), label, jnp.int32), key)
+        np.testing.assert_allclose(table[:, label], alone, rtol=1e-5, atol=1e-4)
+
+
+def test_bayes_rule_error_reads_the_argmax():
+    bounds = np.full((4, 10), -100.0)
+    bounds[[0, 1, 2, 3], [3, 5, 5, 0]] = -90.0
+    result = iwae.bayes_rule_error(bounds, np.array([3, 5, 1, 0]))
+    assert result["error"] == 0.25
+    assert result["error_per_digit"][1] == 1.0 and result["error_per_digit"][2] is None
+
+
+@pytest.fixture(scope="module")
+def tiny_ladder(tiny):
+    from cvae.model import hierarchical as hv
+
+    model = hv.LadderCVAE(latent_dims=(4, 3), hidden_sizes=(32, 16), upper_width=8,
+                          activation="tanh")
+    variables = hv.init_ladder(model, jax.random.key(8))
+    _, _, x, y, images_u8, labels = tiny
+    return model, variables, x, y, images_u8, labels
+
+
+def test_ladder_log_weights_are_its_own_densities_over_every_layer(tiny_ladder):
+    from cvae.model import hierarchical as hv
+
+    model, variables, x, y, _, _ = tiny_ladder
+    key = jax.random.key(9)
+    bound = iwae.create_iwae_fn(model, "bernoulli", 1)(variables, x, y, key)
+    noise = iwae.sample_noise(key, 0, (32, model.total_dim))
+    out = model.apply(variables, x, y, noise)
+    elbo = -reconstruction(out.logits, x, "bernoulli") + hv.log_p(out, y) - hv.log_q(out)
+    np.testing.assert_allclose(bound, elbo, rtol=1e-5, atol=1e-4)
+    whole = iwae.create_iwae_fn(model, "bernoulli", 12, chunk=12)(variables, x, y, key)
+    chunked = iwae.create_iwae_fn(model, "bernoulli", 12, chunk=5)(variables, x, y, key)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-4)
+    assert float(whole.mean()) > float(bound.mean())
+
+
+def test_a_learned_prior_in_the_prior_collection_is_the_top_layers_density(tiny_ladder):
+    from cvae.model import hierarchical as hv
+    from cvae.model import learned_prior
+
+    model, variables, x, y, _, _ = tiny_ladder
+    mixture = learned_prior.GaussianMixturePrior(components=3, latent_dim=3).apply(
+        learned_prior.GaussianMixturePrior(components=3, latent_dim=3).init(jax.random.key(10)))
+    with_prior = {**variables, "prior": {"mixture": learned_prior.as_mixture(mixture)}}
+    key = jax.random.key(11)
+    noise = jax.vmap(lambda k: iwae.sample_noise(key, k, (32, model.total_dim)))(jnp.arange(2))
+    ours = iwae.log_weights_fn(model, with_prior, "bernoulli")(x, y, noise)
+    out = model.apply(variables, x, y, noise)
+    expected = (-reconstruction(out.logits, jnp.broadcast_to(x, out.logits.shape), "bernoulli")
+                + hv.log_p(out, y, lambda z, labels: learned_prior.diagonal_log_density(
+                    mixture, z, labels)) - hv.log_q(out))
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_ladder_test_set_bounds_pass_the_marginal_check(tiny_ladder):
+    model, variables, _, _, images_u8, labels = tiny_ladder
+    bounds = iwae.test_set_bounds(model, variables, images_u8=images_u8, labels=labels,
+                                  key=jax.random.key(12),
+                                  num_samples=4, marginal_samples=2, batch_size=12, chunk=4)
+    assert bounds["label_bounds"].shape == (32, 10)
+    check = iwae.check_marginal(bounds["log_px_given_y"], bounds["log_px_given_label"],
+                                bounds["log_px"])
+    assert check["ok"], check

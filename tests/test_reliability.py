@@ -132,3 +132,27 @@ def test_disk_full_during_save_says_so_and_keeps_the_previous_checkpoint(data_di
     assert "previous checkpoint (step 16) is intact" in ours[0]
     assert load_checkpoint(checkpoint_dir).step == 16
     assert not list(checkpoint_dir.glob("*orbax-checkpoint-tmp*"))  # the partial save is gone
+
+
+LEVER_FLAGS = ["--objective", "dreg", "--importance-samples", "3", "--prior", "learned_mixture",
+               "--prior-components", "3"]
+
+
+@pytest.mark.determinism
+def test_a_model_lever_run_resumes_exactly_after_sigkill(data_dir, tmp_path):
+    """Issue 26's levers keep exact resume: DReG with K = 3 and a learned mixture prior (the
+    noise from the step's key, the prior in the params and written into the state)."""
+    reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
+    result = subprocess.run(train_command(data_dir, reference_dir, *LEVER_FLAGS),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    kills = kill_repeatedly(train_command(data_dir, killed_dir, *LEVER_FLAGS), killed_dir,
+                            seed=26, max_kills=2)
+    result = subprocess.run(train_command(data_dir, killed_dir, *LEVER_FLAGS),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert kills >= 1
+    reference, final = load_checkpoint(reference_dir), load_checkpoint(killed_dir)
+    assert final.step == reference.step == 96
+    assert tree_equal(final.state.params, reference.state.params)
+    assert tree_equal(final.state.prior, reference.state.prior)

@@ -64,12 +64,21 @@ def test_classifier_reading_does_not_depend_on_the_batch(few_label_run):
     assert np.array_equal(together, alone)
 
 
-def test_a_model_without_classifier_answers_409_saying_so(trained_run):
+def test_a_model_trained_with_every_label_reads_by_bayes_rule(trained_run):
+    """No q(y|x): the reading is Bayes' rule on its bounds on p(x|y), with the same JSON, and a
+    picture's reading does not depend on its neighbours (the verified blocks)."""
     with TestClient(create_app(trained_run.directory)) as plain:
         response = plain.post("/classify", content=encoded(seven()))
-    assert response.status_code == 409
+    assert response.status_code == 200
     body = response.json()
-    assert body["detail"][0]["type"] == "no_classifier" and "--labels N" in body["message"]
+    assert set(body) == {"probabilities", "label", "step"}
+    assert abs(sum(body["probabilities"]) - 1) < 1e-5
+    assert body["label"] == int(np.argmax(body["probabilities"]))
+    sampler = load_sampler(trained_run.directory)
+    images = trained_run.data.test_images[:13]
+    together = sampler.classify(images)
+    alone = np.concatenate([sampler.classify(images[i:i + 1]) for i in range(len(images))])
+    assert np.array_equal(together, alone)
 
 
 @pytest.mark.parametrize("body, status, kind, words", BAD_UPLOADS)

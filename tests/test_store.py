@@ -21,6 +21,7 @@ from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import CheckpointError
 from cvae.model.networks import create_model
 from cvae.model.store import load_trained_model
+from cvae.sampling import blocks
 from cvae.sampling.sampler import load_sampler
 from cvae.training.checkpoints import create_manager, load_checkpoint, save_checkpoint
 from cvae.training.step import create_train_state, run_key
@@ -96,7 +97,11 @@ def test_checkpoints_written_before_the_stages_sample_the_same_bits(name, tmp_pa
     sampler = load_sampler(shutil.copytree(BEFORE_STAGES / name, tmp_path / name))
     assert sampler.step == expected["step"]
     png = sampler.sample_png(None, 4, 3)
-    if hashlib.sha256(sampler.kernel_signature).hexdigest() != expected[
+    # The old code's probes: the Bayes-rule reading of a model trained with every label came
+    # later (issue 26), so its signature leaves that probe out.
+    probes = blocks.sampler_probes(sampler)[:None if "classify_sha256" in expected else -1]
+    signature = blocks.block_signature(probes, sampler.variables, sampler.block_sizes[0])
+    if signature is None or hashlib.sha256(signature).hexdigest() != expected[
             "kernel_signature_sha256"]:
         with Image.open(BEFORE_STAGES / expected["sample_png"]) as old:
             old_pixels = np.asarray(old, np.int16)
@@ -109,5 +114,6 @@ def test_checkpoints_written_before_the_stages_sample_the_same_bits(name, tmp_pa
         "encode_sha256"]
     if "classify_sha256" in expected:
         assert sha256(sampler.classify(data.test_images)) == expected["classify_sha256"]
-    else:
-        assert sampler.classify_fn is None
+    else:  # read by Bayes' rule: every probability row sums to one
+        np.testing.assert_allclose(sampler.classify(data.test_images).sum(axis=1), 1.0,
+                                   rtol=1e-5)

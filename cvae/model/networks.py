@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from cvae.model import learned_prior
 from cvae.model import prior as prior_lib
 from cvae.config import NUM_CLASSES, Config
 from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE
@@ -148,9 +149,14 @@ class CVAE(nn.Module):
         # Declared only where it exists (init, or variables that carry it): the train step
         # applies the model without it.
         where = (prior_lib.COLLECTION, prior_lib.VARIABLE)
-        if cfg.prior == "mixture" and (self.is_initializing() or self.has_variable(*where)):
+        if cfg.prior != "standard" and (self.is_initializing() or self.has_variable(*where)):
             self.mixture = self.variable(*where, prior_lib.standard_mixture, NUM_CLASSES,
-                                         cfg.prior_components, cfg.latent_dim)
+                                         prior_components(cfg), cfg.latent_dim)
+        if cfg.prior == "vamp":  # learnt with the model (cvae/model/learned_prior.py)
+            self.pseudo_inputs = learned_prior.PseudoInputs(cfg.pseudo_inputs)
+        elif cfg.prior == "learned_mixture":
+            self.learned = learned_prior.GaussianMixturePrior(
+                cfg.prior_components, cfg.latent_dim, logvar_bound=cfg.logvar_bound)
 
     def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
         return self.encoder(images, jax.nn.one_hot(labels, NUM_CLASSES), train=train)
@@ -165,6 +171,17 @@ class CVAE(nn.Module):
     def init_semi_supervised(self, images, labels, z_key):
         """Touch every part (the VAE and q(y|x)) so `init` creates all their parameters."""
         return self(images, labels, z_key), self.classify(images)
+
+    def prior_mixture(self):
+        """A learned p(z | y) as a diagonal mixture (log_weights f32[10, K], means, logvars
+        f32[10, K, L]) from the current parameters; None for the other priors. After training
+        it is written into the "prior" collection (`lever_losses.learned_prior_collection`),
+        which `generate` and `log_prior` read as they read the fitted mixture."""
+        if self.config.prior == "vamp":
+            return learned_prior.vamp_components(self.encode, self.pseudo_inputs())
+        if self.config.prior == "learned_mixture":
+            return self.learned()
+        return None
 
     def generate(self, noise: jax.Array, labels: jax.Array) -> jax.Array:
         """Pixel logits [B, 784] of samples: noise f32[B, L] ~ N(0, t^2 I) through the prior."""
@@ -182,8 +199,16 @@ class CVAE(nn.Module):
                  train: bool = False):
         """-> (pixel logits [B, 784], mean [B, L], logvar [B, L])."""
         mean, logvar = self.encode(images, labels, train=train)
+        if self.is_initializing():  # a learned prior's parameters are created with the rest
+            self.prior_mixture()
         z = reparameterize(z_key, mean, logvar)
         return self.decode(z, labels, train=train), mean, logvar
+
+
+def prior_components(config: Config) -> int:
+    """Components of each class's mixture: the pseudo-inputs of a VampPrior, else
+    --prior-components."""
+    return config.pseudo_inputs if config.prior == "vamp" else config.prior_components
 
 
 def create_model(config: Config) -> CVAE:

@@ -125,7 +125,7 @@ def inference_items(config: Config, *, use_ema: bool = True) -> dict[str, str]:
     items = {weights: "params"}
     if config.batch_norm:
         items["batch_stats"] = "batch_stats"
-    if config.prior == "mixture":
+    if config.prior != "standard":  # fitted, or learnt and written there
         items["prior"] = "prior"
     if create_model(config).has_classifier:
         items["labelled"] = "labelled"

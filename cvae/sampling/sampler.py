@@ -24,6 +24,7 @@ from cvae.config import NUM_CLASSES, Config
 from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
+from cvae.model.log_weights import create_bayes_classify_fn
 from cvae.model.losses import kl_divergence, reconstruction
 from cvae.model.networks import CVAE, create_model, pixel_means
 from cvae.model.transport import ClassTransport, class_transport
@@ -81,10 +82,12 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
 
 
 def create_classify_fn(model: CVAE) -> Callable | None:
-    """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> q(y|x) f32[B, 10]`, the
-    classifier of a model trained with `--labels N`; None for a model without one."""
+    """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> p(y|x) f32[B, 10]`: the
+    classifier q(y|x) of a model trained with `--labels N`; for a model trained with every
+    label, Bayes' rule on its own bounds on log p(x|y), the ten labels in one batched pass with
+    fixed draws (`cvae.model.log_weights.create_bayes_classify_fn`)."""
     if not model.has_classifier:
-        return None
+        return create_bayes_classify_fn(model, model.config.likelihood)
 
     @jax.jit
     def classify(variables, images):
@@ -191,7 +194,7 @@ class Sampler:
     # prior is N(0, I) (None: use decode_fn); a prior that maps noise to z needs this one apart.
     code_decode_fn: Callable | None = None
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
-    classify_fn: Callable | None = None  # `create_classify_fn`'s; None: the model has no q(y|x)
+    classify_fn: Callable | None = None  # `create_classify_fn`'s; None: reads no digits
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
     kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
@@ -218,6 +221,12 @@ class Sampler:
     @property
     def latent_dim(self) -> int:
         return self.config.latent_dim
+
+    @property
+    def has_classifier(self) -> bool:
+        """Whether `classify` is the model's own q(y|x) (a `--labels N` model), not Bayes'
+        rule."""
+        return self.classify_fn is not None and create_model(self.config).has_classifier
 
     @property
     def image_pixels(self) -> int:
@@ -273,11 +282,11 @@ class Sampler:
         return mean, logvar, neg_elbo
 
     def classify(self, images: np.ndarray) -> np.ndarray:
-        """uint8[B, 28, 28] -> q(y|x), f32[B, 10], through the same blocks as `encode` (a row's
-        probabilities do not depend on its neighbours). Only for a model with a classifier."""
+        """uint8[B, 28, 28] -> p(y|x), f32[B, 10], through the same blocks as `encode` (a row's
+        probabilities do not depend on its neighbours): q(y|x) of a few-label model, Bayes'
+        rule for a model trained with every label (`create_classify_fn`)."""
         if self.classify_fn is None:
-            raise ValueError("this checkpoint has no classifier q(y|x): it was trained with "
-                             "every label (train with --labels N for one)")
+            raise ValueError("this sampler reads no digits (created without a classify_fn)")
         x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
         out = self._in_blocks(self.classify_fn, x)
         return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)

@@ -44,9 +44,10 @@ class TransferRequest(NamedTuple):
 
 def read_labels(requests: list[TransferRequest], sampler: Sampler) -> list[TransferRequest]:
     """The requests with their missing labels read by q(y|x) (all in one call of the
-    sampler's fixed blocks), when the model has a classifier; else as they are."""
+    sampler's fixed blocks), when the model has a classifier; else as they are (a model trained
+    with every label: the lowest -ELBO picks, `transfer_latents`)."""
     unread = [i for i, r in enumerate(requests) if r.label is None]
-    if sampler.classify_fn is None or not unread:
+    if not sampler.has_classifier or not unread:
         return requests
     read = np.argmax(sampler.classify(np.stack([requests[i].image for i in unread])), axis=-1)
     requests = list(requests)

@@ -20,11 +20,13 @@ import signal
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from cvae.config import Config
 from cvae.data.load import Dataset
 from cvae.data.splits import split_training_set
 from cvae.errors import ConfigError
+from cvae.model import lever_losses
 from cvae.model import prior as prior_lib
 from cvae.model.networks import CVAE, create_model
 from cvae.training.callbacks import Callback, CallbackList, Run
@@ -51,6 +53,14 @@ def planned_steps(config: Config, epoch_rows: int, rows_per_step: int) -> tuple[
 def create_prior_fit(model: CVAE, config: Config, supervision: Supervision):
     """`fit(state, images, labels, key) -> state` with its mixture prior refitted, under the
     labels the `supervision` gives; None when the run's prior is the standard one."""
+    if config.prior in lever_losses.LEARNED_PRIORS:
+        def write(state, images, labels, key):  # learnt, not fitted: written as it stands
+            prior = lever_losses.learned_prior_collection(
+                model, {"params": state.eval_variables()["params"]})
+            # Copies: a learned mixture's means are its parameters' own buffers, and the state
+            # is donated to the step, so each of its arrays must be its own.
+            return state.replace(prior=jax.tree.map(jnp.copy, prior))
+        return write
     if config.prior != "mixture":
         return None
     fit_fn = prior_lib.create_fit_fn(

@@ -32,6 +32,7 @@ import numpy as np
 from cvae.config import NUM_CLASSES, Config
 from cvae.data.splits import TrainValidation
 from cvae.errors import ConfigError
+from cvae.model import lever_losses
 from cvae.model import prior as prior_lib
 from cvae.model.losses import vae_loss
 from cvae.training import few_labels
@@ -87,7 +88,16 @@ class FullLabels:
 
     def loss(self, model, variables: dict, *, images, labels, keys: StepKeys, kl_weight,
              mutable: list[str]):
-        """-> (loss, (terms, updates)): the batch's negative ELBO under the KL weight."""
+        """-> (loss, (terms, updates)): the batch's negative ELBO under the KL weight, or the
+        bound of the run's model levers (`cvae.model.lever_losses`: IWAE/DReG, a learned prior,
+        the ladder), its noise drawn from the step's key."""
+        if lever_losses.uses_levers(self.config):
+            noise = lever_losses.draw_noise(keys.z, model, config=self.config,
+                                             batch=images.shape[0])
+            loss, terms = lever_losses.lever_loss(model, variables, images=images,
+                                                  labels=labels, noise=noise,
+                                                  config=self.config, kl_weight=kl_weight)
+            return loss, (terms, {})
         (logits, mean, logvar), updates = model.apply(
             variables, images, labels, keys.z, train=True, rngs={"dropout": keys.dropout},
             mutable=mutable)

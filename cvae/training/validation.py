@@ -17,6 +17,7 @@ import numpy as np
 
 from cvae.config import Config
 from cvae.data.splits import TrainValidation
+from cvae.model import lever_losses
 from cvae.model.binarization import maybe_binarize
 from cvae.model.losses import kl_divergence, kl_per_dimension, objective, reconstruction
 from cvae.model.networks import CVAE
@@ -33,6 +34,9 @@ def create_eval_step(model: CVAE, config: Config) -> Callable:
     padded last batch. Evaluation binarises like training and draws one z per example.
     """
 
+    if lever_losses.uses_levers(config):
+        return _create_lever_eval_step(model, config)
+
     @jax.jit
     def eval_step(variables, images, labels, mask, key):
         binarize_key, z_key = jax.random.split(key)
@@ -45,6 +49,28 @@ def create_eval_step(model: CVAE, config: Config) -> Callable:
             "kl_per_dim": jnp.sum(kl_per_dimension(mean, logvar) * mask[:, None], axis=0),
             "count": jnp.sum(mask),
         }
+
+    return eval_step
+
+
+def _create_lever_eval_step(model, config: Config) -> Callable:
+    """`create_eval_step`'s for a model with levers: one draw's ELBO terms through
+    `lever_losses.elbo_per_example` (every ladder layer, a learned prior's KL)."""
+
+    @jax.jit
+    def eval_step(variables, images, labels, mask, key):
+        binarize_key, z_key = jax.random.split(key)
+        batch = to_batch(images, labels)
+        x = maybe_binarize(binarize_key, batch["image"], config)
+        noise = lever_losses.draw_noise(z_key, model,
+                                        config=config.replace(importance_samples=1),
+                                        batch=x.shape[0])
+        terms = lever_losses.elbo_per_example(model, variables, images=x, labels=batch["label"],
+                                              noise=noise, likelihood=config.likelihood)
+        return {"reconstruction": jnp.sum(terms["reconstruction"] * mask),
+                "kl": jnp.sum(terms["kl"] * mask),
+                "kl_per_dim": jnp.sum(terms["kl_per_dim"] * mask[:, None], axis=0),
+                "count": jnp.sum(mask)}
 
     return eval_step
 

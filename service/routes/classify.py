@@ -1,10 +1,12 @@
-"""Reading a digit: `POST /classify` answers what the model's classifier q(y|x) sees in an
-uploaded picture (a model trained with `cvae train --labels N`).
+"""Reading a digit: `POST /classify` answers which digit the model reads in an uploaded picture:
+with its classifier q(y|x) (a model trained with `cvae train --labels N`), or, for a model
+trained with every label, by Bayes' rule, p(y|x) proportional to its bound on p(x|y) (the ten
+labels in one batched pass, fixed draws; `cvae.model.log_weights`). The same JSON either way.
 
 The upload is read and prepared exactly as `/transfer` prepares it (service/uploads.py), with
 the same errors. The classifier runs through the sampler's fixed blocks (`Sampler.classify`),
 on a worker thread, so a picture's probabilities never depend on anything else being served.
-A model trained with every label has no classifier: 409, saying so.
+A sampler built without a reader (not one `load_sampler` builds) answers 409, saying so.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class Reading(BaseModel):
     """200: the classifier's reading of the picture."""
 
     probabilities: list[float] = Field(min_length=NUM_CLASSES, max_length=NUM_CLASSES,
-                                       description="q(y|x) for y = 0..9; they sum to 1")
+                                       description="p(y|x) for y = 0..9 (q(y|x), or Bayes' "
+                                                   "rule on p(x|y)); they sum to 1")
     label: int = Field(ge=0, le=NUM_CLASSES - 1, description="the most probable digit")
     step: int = Field(description="the checkpoint step that read it")
 
@@ -41,8 +44,7 @@ class ClassifyParams(BaseModel):
 CLASSIFY_RESPONSES = {
     200: {"model": Reading, "description": "the ten probabilities, the most probable digit, "
                                            "and the checkpoint step"},
-    409: {"model": BadParameters, "description": "the served model has no classifier (it was "
-                                                 "trained with every label)"},
+    409: {"model": BadParameters, "description": "the served model reads no digits"},
     422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
                                                  "damaged, blank, or not 28x28 with prepare=none"},
     **UPLOAD_RESPONSES,
@@ -56,11 +58,11 @@ router = APIRouter()
 async def classify(request: Request, params: Annotated[ClassifyParams, Query()],
                    loaded: ServedModel):
     """The digit the model reads in the uploaded picture (the PNG or JPEG file itself, as
-    `/transfer` takes it), with the ten probabilities of its classifier q(y|x)."""
+    `/transfer` takes it), with the ten probabilities: its classifier q(y|x), or Bayes' rule
+    on its bounds on p(x|y) for a model trained with every label."""
     sampler = loaded.sampler
     if sampler.classify_fn is None:
-        message = ("the served model has no classifier q(y|x): it was trained with every "
-                   "label (train with `cvae train --labels N` for one)")
+        message = "the served model reads no digits"
         return JSONResponse({"message": message, "detail": [
             {"loc": ["body"], "msg": message, "type": "no_classifier"}]}, status_code=409)
     upload = await read_digit(request, params.prepare)

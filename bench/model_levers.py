@@ -1,0 +1,296 @@
+"""Issue 26's lever table: train named configs for several seeds within a wall-clock budget,
+score each run with `cvae eval`, and write one Markdown table of medians over the seeds.
+
+    python -m bench.model_levers [--levers default,iwae-k5,...] [--seeds 0,1,2]
+        [--budget-minutes 5] [--data-dir data] [--work-dir bench-levers] [--out FILE.md]
+        [--json FILE] [--iwae-k 500] [--iwae-limit 2000] [--iwae-k-marginal 10]
+        [--full-protocol] [--samples-per-digit 500] [--test-limit N] [--matched LEVER] [--quick]
+
+Each run is `cvae train --fresh --no-progress --seed S <the lever's flags>` into
+WORK_DIR/<lever>/seed-S. A run still going at the budget gets SIGTERM, which the training loop
+answers by saving the step it reached (the checkpoint a user would hold after that long); the
+table says which runs the budget stopped. Then `cvae eval --json` scores the newest checkpoint:
+-log p(x|y) and -log p(x) (IWAE, --iwae-k samples for the true label, --iwae-k-marginal for
+each other one), the samples' accuracy, FD, precision and recall, and the same FD and recall for
+reconstructions of test digits (cvae/evaluation/reconstructions.py), with the wall time of
+training, and Bayes' rule's test error (argmax_y of the bounds). Each figure is the median over
+the seeds that finished.
+
+The bounds are for ranking by default: IWAE K=500 on the first 2,000 test digits (a fixed
+subset; the samples and reconstructions are still scored on all 10,000), about 50 times
+cheaper than the issue's protocol and said so in the table's header. `--full-protocol` scores
+them as the issue asks, K=5000 on all 10,000 test digits: about 40 minutes a checkpoint for the
+default model on 2 cores, more for wider or ladder models.
+
+`--matched LEVER` adds the compute-matched baseline: today's default trained for as many epochs
+as fit in LEVER's median wall time (measured in this run, from the default's seconds per epoch).
+A lever that `cvae train` refuses (not trained yet, issue 26's phase 2) gets a row saying so.
+`--quick` is a smoke run: the tiny test model on synthetic digits, one seed, seconds a run; its
+numbers mean nothing. Runs go one at a time: on 2 cores, two at once would time neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# The levers as `cvae train` flags. The issue's budgets: the default at most 5 minutes on 2
+# cores, the likelihood preset at most 30 (--budget-minutes per table).
+LEVERS: dict[str, list[str]] = {
+    "default": [],
+    "likelihood": ["--preset", "likelihood"],
+    "iwae-k5": ["--objective", "iwae", "--importance-samples", "5"],
+    "dreg-k5": ["--objective", "dreg", "--importance-samples", "5"],
+    "ladder-2": ["--stochastic-layers", "2", "--upper-latent-dim", "8"],
+    "ladder-2-dreg-k5": ["--stochastic-layers", "2", "--objective", "dreg",
+                         "--importance-samples", "5"],
+    "vamp-10": ["--prior", "vamp", "--pseudo-inputs", "10"],
+    "vamp-50": ["--prior", "vamp", "--pseudo-inputs", "50"],
+    "learned-mixture-10": ["--prior", "learned_mixture", "--prior-components", "10"],
+    # The likelihood budget (30 minutes): epochs chosen from the per-step costs
+    # (docs/model.md) to end inside it on a quiet 2-core machine (the preset's 60 take ~3.5).
+    "likelihood-400": ["--preset", "likelihood", "--epochs", "400"],
+    "likelihood-dreg-k5": ["--preset", "likelihood", "--objective", "dreg",
+                           "--importance-samples", "5", "--epochs", "60"],
+    "likelihood-learned-mixture-10": ["--preset", "likelihood", "--prior", "learned_mixture",
+                                      "--prior-components", "10", "--epochs", "300"],
+    "likelihood-vamp-10": ["--preset", "likelihood", "--prior", "vamp", "--pseudo-inputs",
+                           "10", "--epochs", "200"],
+}
+TINY = ["--preset", "test", "--validation-size", "64", "--epochs", "2", "--eval-batch-size",
+        "64"]
+QUICK_LEVERS: dict[str, list[str]] = {
+    "default": TINY,
+    "mixture": TINY + ["--prior", "mixture", "--kl-weight", "1"],
+    "iwae-k5": TINY + ["--objective", "iwae", "--importance-samples", "5"],
+}
+COLUMNS = (  # (heading, path in the eval JSON, digits)
+    ("-log p(x|y)", ("iwae", "nll_conditional"), 2),
+    ("-log p(x)", ("iwae", "nll_marginal"), 2),
+    ("Bayes err.", ("iwae", "bayes_rule", "error"), 4),
+    ("sample acc.", ("fidelity", "samples", "accuracy"), 4),
+    ("FD", ("fidelity", "samples", "fd"), 2),
+    ("precision", ("fidelity", "samples", "precision"), 3),
+    ("recall", ("fidelity", "samples", "recall"), 3),
+    ("recon. FD", ("fidelity", "reconstructions", "fd"), 2),
+    ("recon. recall", ("fidelity", "reconstructions", "recall"), 3),
+    ("FD / recon. FD", ("fidelity", "reconstructions", "fd_ratio"), 2),
+)
+STOP_GRACE_SECONDS = 300  # after SIGTERM: the save of the step reached
+
+
+def cvae(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cvae.cli", *args]
+
+
+def train(flags: list[str], seed: int, run_dir: Path, data_dir: Path, budget: float) -> dict:
+    """One training run under the budget: {"seconds", "stopped_by_budget", "returncode",
+    "error"}; SIGTERM at the budget, SIGKILL if the save takes longer than the grace."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = (run_dir / "train.log").open("w")
+    start = time.monotonic()
+    process = subprocess.Popen(
+        cvae("train", *flags, "--seed", str(seed), "--data-dir", str(data_dir),
+             "--checkpoint-dir", str(run_dir / "checkpoints"), "--fresh", "--no-progress"),
+        stdout=log, stderr=subprocess.PIPE, text=True)
+    stopped = False
+    try:
+        _, stderr = process.communicate(timeout=budget)
+    except subprocess.TimeoutExpired:
+        stopped = True
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, stderr = process.communicate(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+    log.close()
+    lines = stderr.strip().splitlines()
+    metrics = run_dir / "checkpoints" / "metrics.jsonl"
+    epochs = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+              if metrics.is_file() else [])
+    return {"seconds": time.monotonic() - start, "stopped_by_budget": stopped,
+            "returncode": process.returncode, "epochs": len(epochs),
+            "epoch_seconds": [record["seconds"] for record in epochs],
+            "error": lines[-1] if process.returncode and not stopped and lines else None}
+
+
+def evaluate(run_dir: Path, data_dir: Path, options: argparse.Namespace) -> dict | None:
+    """`cvae eval` of the run's newest checkpoint; its JSON, or None when it failed."""
+    out = run_dir / "eval.json"
+    args = ["eval", "--checkpoint-dir", str(run_dir / "checkpoints"), "--data-dir",
+            str(data_dir), "--json", str(out), "--iwae-k", str(options.iwae_k),
+            "--iwae-k-marginal", str(options.iwae_k_marginal), "--iwae-limit",
+            str(options.iwae_limit), "--samples-per-digit",
+            str(options.samples_per_digit), "--report-dir", str(run_dir / "reports")]
+    if options.test_limit:
+        args += ["--test-limit", str(options.test_limit)]
+    result = subprocess.run(cvae(*args), capture_output=True, text=True)
+    (run_dir / "eval.log").write_text(result.stdout + result.stderr)
+    return json.loads(out.read_text()) if result.returncode == 0 and out.is_file() else None
+
+
+def lookup(results: dict, path: tuple[str, ...]):
+    for key in path:
+        if not isinstance(results, dict) or results.get(key) is None:
+            return None
+        results = results[key]
+    return results
+
+
+def run_lever(name: str, flags: list[str], options, data_dir: Path, budget: float) -> dict:
+    """Every seed of one lever: {"flags", "runs": [{"seed", "train", "eval"}]}."""
+    runs = []
+    for seed in options.seeds:
+        run_dir = options.work_dir / name / f"seed-{seed}"
+        print(f"[{name} seed {seed}] training (budget {budget:.0f} s)", file=sys.stderr)
+        trained = train(flags, seed, run_dir, data_dir, budget)
+        evaluated = None
+        if trained["error"] is None:
+            print(f"[{name} seed {seed}] {trained['seconds']:.0f} s; evaluating",
+                  file=sys.stderr)
+            evaluated = evaluate(run_dir, data_dir, options)
+        else:
+            print(f"[{name} seed {seed}] refused or failed: {trained['error']}", file=sys.stderr)
+        runs.append({"seed": seed, "train": trained, "eval": evaluated})
+        if trained["error"] is not None:
+            break  # the same flags fail the same way for every seed
+    return {"flags": flags, "runs": runs}
+
+
+def matched_epochs(baseline: dict, lever: dict) -> int | None:
+    """Epochs of today's default that fit in `lever`'s median wall time: the baseline's median
+    seconds per epoch (training and its evaluation, from metrics.jsonl) into what is left of
+    that time after the baseline's start-up (its wall time less its epochs' seconds)."""
+    per_epoch, start_up = [], []
+    for run in baseline["runs"]:
+        if run["eval"] is not None and run["train"]["epoch_seconds"]:
+            per_epoch.append(statistics.median(run["train"]["epoch_seconds"]))
+            start_up.append(run["train"]["seconds"] - sum(run["train"]["epoch_seconds"]))
+    seconds = [run["train"]["seconds"] for run in lever["runs"] if run["eval"] is not None]
+    if not per_epoch or not seconds:
+        return None
+    left = statistics.median(seconds) - statistics.median(start_up)
+    return max(1, int(left / statistics.median(per_epoch)))
+
+
+def median_row(name: str, lever: dict) -> str:
+    done = [run for run in lever["runs"] if run["eval"] is not None]
+    if not done:
+        errors = [run["train"]["error"] for run in lever["runs"] if run["train"]["error"]]
+        why = errors[0] if errors else "no run finished"
+        return f"| {name} | 0 | | | {why.replace('|', '/')} |" + " |" * (len(COLUMNS) - 1)
+    cells = []
+    for _, path, digits in COLUMNS:
+        values = [lookup(run["eval"], path) for run in done]
+        values = [v for v in values if v is not None]
+        cells.append(f"{statistics.median(values):.{digits}f}" if values else "n/a")
+    seconds = statistics.median(run["train"]["seconds"] for run in done)
+    stopped = sum(run["train"]["stopped_by_budget"] for run in done)
+    steps = int(statistics.median(run["eval"]["step"] for run in done))
+    return (f"| {name} | {len(done)} | {seconds:.0f}{' (budget)' if stopped else ''} | {steps} | "
+            + " | ".join(cells) + " |")
+
+
+def markdown(results: dict, options) -> str:
+    head = ("| lever | seeds | wall s | steps | " + " | ".join(h for h, _, _ in COLUMNS)
+            + " |")
+    subset = (f"the first {options.iwae_limit} test digits, for ranking" if options.iwae_limit
+              else "all test digits")
+    lines = [f"Medians over seeds {', '.join(map(str, options.seeds))}; budget "
+             f"{options.budget_minutes:g} min a run; bounds IWAE K={options.iwae_k} on {subset}; "
+             f"`cvae eval --iwae-k {options.iwae_k} --iwae-limit {options.iwae_limit} "
+             f"--iwae-k-marginal {options.iwae_k_marginal} --samples-per-digit "
+             f"{options.samples_per_digit}`{' (--quick: the numbers mean nothing)' if options.quick else ''}.",  # noqa: E501
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+             f"load average {results['load'][0]:.1f} at the start and {results['load'][1]:.1f} "
+             f"at the end (wall times on a loaded machine are not the budget's).", "",
+             head, "|" + "---|" * 4 + "---:|" * len(COLUMNS)]
+    lines += [median_row(name, lever) for name, lever in results["levers"].items()]
+    lines += ["", "Flags of each lever (after `cvae train --fresh --seed S`):", ""]
+    lines += [f"- {name}: `{' '.join(lever['flags']) or '(none: make train)'}`"
+              for name, lever in results["levers"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--levers", help="comma-separated lever names (default: all)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--budget-minutes", type=float, default=5.0)
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--work-dir", type=Path, default=Path("bench-levers"))
+    parser.add_argument("--out", type=Path, help="the Markdown table (default: stdout only)")
+    parser.add_argument("--json", type=Path, help="every run's figures")
+    parser.add_argument("--iwae-k", type=int, default=500)
+    parser.add_argument("--iwae-limit", type=int, default=2000,
+                        help="the bounds on the first N test digits (0 = all)")
+    parser.add_argument("--full-protocol", action="store_true",
+                        help="the issue's protocol: --iwae-k 5000 on all test digits")
+    parser.add_argument("--iwae-k-marginal", type=int, default=10)
+    parser.add_argument("--samples-per-digit", type=int, default=500)
+    parser.add_argument("--test-limit", type=int, default=0)
+    parser.add_argument("--matched", metavar="LEVER",
+                        help="add today's default trained for LEVER's median wall time")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (see the docstring)")
+    options = parser.parse_args(argv)
+    options.seeds = [int(s) for s in options.seeds.split(",")]
+    if options.full_protocol:
+        options.iwae_k, options.iwae_limit = 5000, 0
+    if options.quick:
+        options.iwae_k, options.iwae_k_marginal, options.samples_per_digit = 8, 2, 6
+        options.budget_minutes = min(options.budget_minutes, 2.0)
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    table = QUICK_LEVERS if options.quick else LEVERS
+    names = options.levers.split(",") if options.levers else list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"unknown lever(s) {', '.join(unknown)}: allowed {', '.join(table)}")
+    data_dir = options.data_dir
+    if options.quick:
+        from cvae.data.synthetic import write_synthetic_idx
+
+        data_dir = options.work_dir / "data"
+        write_synthetic_idx(data_dir, num_train=600, num_test=100)
+    budget = 60.0 * options.budget_minutes
+    results = {"load": [os.getloadavg()[0]], "levers": {}}
+    for name in names:
+        results["levers"][name] = run_lever(name, table[name], options, data_dir, budget)
+    if options.matched:
+        epochs = matched_epochs(results["levers"].get("default", {"runs": []}),
+                                results["levers"].get(options.matched, {"runs": []}))
+        if epochs is not None:
+            flags = table["default"] + ["--epochs", str(epochs)]
+            results["levers"][f"default, {options.matched}'s time"] = run_lever(
+                "default-matched", flags, options, data_dir, budget)
+    results["load"].append(os.getloadavg()[0])
+    text = markdown(results, options)
+    print(text)
+    if options.out:
+        options.out.parent.mkdir(parents=True, exist_ok=True)
+        options.out.write_text(text)
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=2, default=_jsonable) + "\n")
+    return 0
+
+
+def _jsonable(value):
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
