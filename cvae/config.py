@@ -341,7 +341,7 @@ def default() -> Config:
 
 
 def seed() -> Config:
-    """`cvae train --preset seed`: the seed document's setup, kept for comparison.
+    """`cvae train --preset seed`: the baseline setup, kept for comparison.
 
     MLP 784-256-128-64, latent 32, summed MSE (`optax.l2_loss`) Gaussian likelihood,
     kl_weight 0.5, adamw lr 1e-4 (constant), batch 16, ReLU. Samples are recognisable but blurry.

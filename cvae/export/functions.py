@@ -43,7 +43,7 @@ def signatures(sampler) -> dict[str, tuple]:
     found = {"sample": ((("noise", (latent,), "float32"), ("label", (), "int32")), ("images",)),
              "encode": ((("images", (IMAGE_PIXELS,), "float32"), ("label", (), "int32")),
                         ("mean", "logvar", "neg_elbo"))}
-    if sampler.classify_fn is not None:
+    if sampler.has_classifier:
         found["classify"] = ((("images", (IMAGE_PIXELS,), "float32"),), ("probabilities",))
     return found
 
@@ -71,7 +71,7 @@ def exact_functions(sampler) -> list[Portable]:
 
     fns = {"sample": held(sampler.decode_fn, "sample"),
            "encode": held(sampler.encode_fn, "encode"),
-           "classify": held(sampler.classify_fn, "classify") if sampler.classify_fn else None}
+           "classify": held(sampler.classify_fn, "classify") if sampler.has_classifier else None}
     return [Portable(name, fns[name], *signature)
             for name, signature in signatures(sampler).items()]
 
@@ -90,7 +90,7 @@ def onnx_functions(sampler) -> list[Portable]:
     fns = {"sample": sample,
            "encode": lambda images, labels: sampler.encode_fn(variables, images, labels),
            "classify": (lambda images: sampler.classify_fn(variables, images))
-           if sampler.classify_fn else None}
+           if sampler.has_classifier else None}
     return [Portable(name, fns[name], *signature)
             for name, signature in signatures(sampler).items()]
 

@@ -102,7 +102,7 @@ def verify_onnx(folder: Path, sampler, *, noise: np.ndarray, labels: np.ndarray,
     labels = labels[:len(digits)]
     checks = {"encode": (run_onnx(folder / "encode.onnx", {"images": images, "label": labels}),
                          sampler.encode(digits, labels))}
-    if sampler.classify_fn is not None:
+    if sampler.has_classifier:
         checks["classify"] = (run_onnx(folder / "classify.onnx", {"images": images}),
                               [sampler.classify(digits)])
     for name, (onnx_outputs, jax_outputs) in checks.items():

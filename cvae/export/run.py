@@ -111,7 +111,7 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log)
     eval_results, eval_note = eval_figures(checkpoint_dir, step)
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
     facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
-                           sampler.classify_fn is not None)
+                           sampler.has_classifier)
     (folder / "README.md").write_text(card.model_card(facts))
     return write_manifest(folder, {"step": step, "checkpoint_dir": str(checkpoint_dir),
                                    "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -135,7 +135,7 @@ def verify(folder: Path, sampler) -> dict:
     for size in sizes:
         images = digits[:size].reshape(size, -1).astype(np.float32) / np.float32(255)
         inputs = {"sample": (noise[:size], labels[:size]), "encode": (images, labels[:size])}
-        if sampler.classify_fn is not None:
+        if sampler.has_classifier:
             inputs["classify"] = (images,)
         for name, count in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
             rows[name] = rows.get(name, 0) + count
