@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 READ_TIMEOUT, WRITE_TIMEOUT = 2.0, 3.0
 WORKERS = 2
 SOAK_SECONDS = float(os.environ.get("CVAE_SOAK_SECONDS", 12))
-CHURN_SECONDS = float(os.environ.get("CVAE_CHURN_SECONDS", 8))
+CHURN_SECONDS = float(os.environ.get("CVAE_CHURN_SECONDS", 20))
 
 
 @pytest.fixture(scope="module")
