@@ -78,7 +78,7 @@ class Config:
         50, "With --prior vamp: pseudo-inputs per class; p(z|y) is the mean of q(z|u,y) over "
             "them (Tomczak and Welling 2018).")
     stochastic_layers: int = knob(
-        1, "Latent layers: 1 is today's CVAE; more, a ladder VAE with --latent-dim at the bottom.")
+        1, "Latent layers: 1 is the one-latent CVAE; more, a ladder VAE, --latent-dim lowest.")
     upper_latent_dim: int = knob(8, "Dimensions of each ladder layer above the bottom one.")
     prior_codes: PriorCodes = knob(
         "means", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
