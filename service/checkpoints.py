@@ -113,6 +113,9 @@ def load(directory: Path, step: int) -> Loaded:
     elif sampler.dropped_blocks:
         log.info("decode blocks of %s rows give other bits on this CPU; using %s",
                  sampler.dropped_blocks, sampler.block_sizes)
+    if sampler.dropped_classify_blocks:
+        log.info("classify blocks of %s rows give other bits on this CPU; using %s",
+                 sampler.dropped_classify_blocks, sampler.classify_block_sizes)
     return Loaded(sampler, step, mtime, time.time(), fingerprint(sampler))
 
 

@@ -59,3 +59,25 @@ def test_grid_columns_follow_the_design():
     assert grid_columns(7, 17, None) == 5
     assert grid_columns(None, 16, None) == 16
     assert grid_columns(None, 16, 4) == 4
+
+
+def test_a_block_size_only_classify_cannot_keep_stays_for_drawing():
+    """Reading digits is checked over its own block sizes: a classify_fn whose rows depend on
+    their position in 16-row blocks loses 16 for classify alone, while decode keeps it."""
+    config = config_lib.test()
+    model = create_model(config)
+    sampler = create_sampler(model, config, init_variables(model, jax.random.key(0)))
+    sampler.block_sizes = sampler.classify_block_sizes = (8, 16)
+
+    def classify_fn(variables, images):
+        probabilities = np.full((len(images), 10), 0.1, np.float32)
+        if len(images) == 16:  # the row's position leaks into its bits at this size only
+            probabilities[:, 0] += np.arange(16, dtype=np.float32) * np.float32(1e-6)
+        return probabilities
+
+    sampler.classify_fn = classify_fn
+    assert sampler.check_blocks() == ()
+    assert sampler.block_sizes == (8, 16) and sampler.dropped_blocks == ()
+    assert sampler.classify_block_sizes == (8,) and sampler.dropped_classify_blocks == (16,)
+    images = np.zeros((20, 28, 28), np.uint8)
+    np.testing.assert_array_equal(sampler.classify(images), np.full((20, 10), 0.1, np.float32))

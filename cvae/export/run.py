@@ -129,13 +129,16 @@ def verify(folder: Path, sampler) -> dict:
     noise, labels = request_latents(0, DIGITS, ONNX_ROWS_PER_DIGIT,
                                     latent_dim=sampler.latent_dim, temperature=1.0)
     sizes = sorted({min(sampler.block_sizes), max(sampler.block_sizes)})
-    count = max(1000, sizes[-1])  # digits (the sampler's own) for encode and classify
+    reading = (sorted({min(sampler.classify_block_sizes), max(sampler.classify_block_sizes)})
+               if sampler.has_classifier else [])  # classify's blocks are checked on their own
+    count = max(1000, *sizes, *reading)  # digits (the sampler's own) for encode and classify
     digits = _to_uint8(sampler.decode(noise[:count], labels[:count]))
     rows = {}
-    for size in sizes:
+    for size in sorted({*sizes, *reading}):
         images = digits[:size].reshape(size, -1).astype(np.float32) / np.float32(255)
-        inputs = {"sample": (noise[:size], labels[:size]), "encode": (images, labels[:size])}
-        if sampler.has_classifier:
+        inputs = {"sample": (noise[:size], labels[:size]),
+                  "encode": (images, labels[:size])} if size in sizes else {}
+        if size in reading:
             inputs["classify"] = (images,)
         for name, count in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
             rows[name] = rows.get(name, 0) + count

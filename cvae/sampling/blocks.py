@@ -14,7 +14,8 @@ one program, one position, the same bits by construction.
 Synopsis:
 
     plan_blocks(200, (64, 128, 256))       # (128, 64, 64)? the cheapest cover of 200 rows
-    outcome = block_check(sampler, DECODE_BLOCKS)   # BlockCheck(kept=..., dropped=...)
+    outcome = block_check(sampler_probes(sampler), sampler.variables, DECODE_BLOCKS)
+    # BlockCheck(kept=..., dropped=..., signature=...); `classify_probes` get a check of their own
 """
 
 from __future__ import annotations
@@ -63,41 +64,47 @@ class BlockCheck(NamedTuple):
 Probe = tuple[Callable, int]
 
 
-def block_check(sampler, sizes: tuple[int, ...]) -> BlockCheck:
+def block_check(probes: list[Probe], variables: dict, sizes: tuple[int, ...]) -> BlockCheck:
     """Which `sizes` give every test row the same bits at every position, for every function
-    the sampler runs through blocks (see the module docstring).
+    in `probes` (see the module docstring).
 
     Each size is summarised by the bits its blocks give the test rows, or None when a row's
     bits differ between two positions of one block (filled with copies of the row, or with
     the distinct test rows in turn). The largest group of sizes with equal bits is kept (ties:
     the group with the smallest size).
     """
-    probes = sampler_probes(sampler)
-    signatures = {size: block_signature(probes, sampler.variables, size) for size in sizes}
+    signatures = {size: block_signature(probes, variables, size) for size in sizes}
     groups: dict[bytes, list[int]] = {}
     for size in sorted(sizes):
         if signatures[size] is not None:
             groups.setdefault(signatures[size], []).append(size)
     if not groups:
         return BlockCheck(ROW_BY_ROW, tuple(sorted(sizes)),
-                          block_signature(probes, sampler.variables, 1))
+                          block_signature(probes, variables, 1))
     signature, kept = max(groups.items(), key=lambda group: (len(group[1]), -group[1][0]))
     return BlockCheck(tuple(kept), tuple(s for s in sorted(sizes) if s not in kept), signature)
 
 
 def sampler_probes(sampler) -> list[Probe]:
-    """The functions a `cvae.sampling.sampler.Sampler` runs through blocks, with their row
-    widths."""
+    """The functions a `cvae.sampling.sampler.Sampler` draws and encodes through blocks, with
+    their row widths."""
     latent = sampler.latent_dim
     probes = [(fn, latent) for fn in (sampler.decode_fn, sampler.code_decode_fn,
                                       sampler.prior_fn) if fn is not None]
     if sampler.encode_fn is not None:
         probes.append((sampler.encode_fn, sampler.image_pixels))
-    if sampler.classify_fn is not None:  # q(y|x) of a few-label model takes no labels
-        classify = sampler.classify_fn
-        probes.append((lambda variables, images, labels: classify(variables, images),
-                       sampler.image_pixels))
     return probes
+
+
+def classify_probes(sampler) -> list[Probe]:
+    """The sampler's reading of digits, checked apart from `sampler_probes`: Bayes' rule runs
+    encoder and decoder over ten labels a row, so its dots meet other shapes, and a block size
+    it cannot keep need not be lost to drawing."""
+    if sampler.classify_fn is None:
+        return []
+    classify = sampler.classify_fn  # q(y|x) of a few-label model, or Bayes' rule: no labels
+    return [(lambda variables, images, labels: classify(variables, images),
+             sampler.image_pixels)]
 
 
 def block_signature(probes: list[Probe], variables: dict, size: int) -> bytes | None:

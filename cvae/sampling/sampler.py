@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.model import prior as prior_lib
-from cvae.sampling.blocks import DECODE_BLOCKS, block_check, plan_blocks
+from cvae.sampling.blocks import (DECODE_BLOCKS, block_check, classify_probes, plan_blocks,
+                                  sampler_probes)
 from cvae.config import NUM_CLASSES, Config
 from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, png_bytes
@@ -196,6 +197,8 @@ class Sampler:
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
     classify_fn: Callable | None = None  # `create_classify_fn`'s; None: reads no digits
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
+    classify_block_sizes: tuple[int, ...] = DECODE_BLOCKS  # `classify`'s, checked on their own
+    dropped_classify_blocks: tuple[int, ...] = ()
     kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
@@ -250,12 +253,14 @@ class Sampler:
         codes = self._decode_blocks(self.prior_fn, noise, labels)
         return codes.reshape(len(noise), self.latent_dim)
 
-    def _in_blocks(self, fn: Callable, *inputs: np.ndarray) -> list[np.ndarray] | None:
-        """fn(variables, *inputs) over the blocks `plan_blocks` chooses, every input padded
-        with zero rows to the block's size: its outputs (one array, or each of a tuple), the
-        padding cut off and the blocks joined; None when there are no rows."""
+    def _in_blocks(self, fn: Callable, *inputs: np.ndarray,
+                   sizes: tuple[int, ...] | None = None) -> list[np.ndarray] | None:
+        """fn(variables, *inputs) over the blocks `plan_blocks` chooses from `sizes` (default:
+        `block_sizes`), every input padded with zero rows to the block's size: its outputs (one
+        array, or each of a tuple), the padding cut off and the blocks joined; None when there
+        are no rows."""
         parts, start = [], 0
-        for size in plan_blocks(len(inputs[0]), self.block_sizes):
+        for size in plan_blocks(len(inputs[0]), sizes or self.block_sizes):
             blocks = [x[start:start + size] for x in inputs]
             rows = len(blocks[0])
             out = fn(self.variables, *(np.pad(block, [(0, size - rows)] + [(0, 0)] *
@@ -282,13 +287,13 @@ class Sampler:
         return mean, logvar, neg_elbo
 
     def classify(self, images: np.ndarray) -> np.ndarray:
-        """uint8[B, 28, 28] -> p(y|x), f32[B, 10], through the same blocks as `encode` (a row's
-        probabilities do not depend on its neighbours): q(y|x) of a few-label model, Bayes'
+        """uint8[B, 28, 28] -> p(y|x), f32[B, 10], through blocks of `classify_block_sizes` (a
+        row's probabilities do not depend on its neighbours): q(y|x) of a few-label model, Bayes'
         rule for a model trained with every label (`create_classify_fn`)."""
         if self.classify_fn is None:
             raise ValueError("this sampler reads no digits (created without a classify_fn)")
         x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
-        out = self._in_blocks(self.classify_fn, x)
+        out = self._in_blocks(self.classify_fn, x, sizes=self.classify_block_sizes)
         return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)
 
     def check_blocks(self) -> tuple[int, ...]:
@@ -298,15 +303,22 @@ class Sampler:
         rows. XLA's CPU dot kernels (YNNPACK, chosen at run time from the CPU's features) treat
         some block sizes, and on some CPUs some positions within a block, differently, so this
         is checked where the sampler runs, not assumed: `block_check` runs every function the
-        sampler calls (decode, code decode, prior mapping, encode, classify) on blocks of each size
+        sampler calls (decode, code decode, prior mapping, encode) on blocks of each size
         filled with copies of one row, and on blocks of distinct rows, and compares every
         position. The sizes that agree with each other are kept (the largest such group); if
         none agrees at every position, the sampler decodes one row per call, which is the same
-        program for every row by construction. Compiles every size (so it doubles as the
-        warm-up); returns the sizes dropped.
+        program for every row by construction. `classify` is checked the same way over its own
+        sizes, so a size that only reading digits cannot keep stays for drawing. Compiles every
+        size (so it doubles as the warm-up); returns the drawing sizes dropped.
         """
-        outcome = block_check(self, self.block_sizes)
-        self.block_sizes, self.dropped_blocks, self.kernel_signature = outcome
+        outcome = block_check(sampler_probes(self), self.variables, self.block_sizes)
+        self.block_sizes, self.dropped_blocks, signature = outcome
+        reading = classify_probes(self)
+        if reading:
+            read = block_check(reading, self.variables, self.classify_block_sizes)
+            self.classify_block_sizes, self.dropped_classify_blocks = read.kept, read.dropped
+            signature += read.signature
+        self.kernel_signature = signature
         return outcome.dropped
 
     def warm_up(self) -> None:
@@ -360,5 +372,6 @@ def create_sampler(model: CVAE, config: Config, variables: dict, *, step: int = 
     prior_fn = create_prior_fn(model, config)
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
-                   prior_fn=prior_fn, classify_fn=create_classify_fn(model))
+                   classify_block_sizes=blocks, encode_fn=create_encode_fn(model, config),
+                   code_decode_fn=code_decode_fn, prior_fn=prior_fn,
+                   classify_fn=create_classify_fn(model))
