@@ -5,6 +5,7 @@ score each run with `cvae eval`, and write one Markdown table of medians over th
         [--budget-minutes 5] [--data-dir data] [--work-dir bench-levers] [--out FILE.md]
         [--json FILE] [--iwae-k 500] [--iwae-limit 2000] [--iwae-k-marginal 10]
         [--full-protocol] [--samples-per-digit 500] [--test-limit N] [--matched LEVER] [--quick]
+    python -m bench.model_levers --merge A.json B.json [--out FILE.md]
 
 Each run is `cvae train --fresh --no-progress --seed S <the lever's flags>` into
 WORK_DIR/<lever>/seed-S. A run still going at the budget gets SIGTERM, which the training loop
@@ -57,6 +58,11 @@ LEVERS: dict[str, list[str]] = {
     "vamp-10": ["--prior", "vamp", "--pseudo-inputs", "10"],
     "vamp-50": ["--prior", "vamp", "--pseudo-inputs", "50"],
     "learned-mixture-10": ["--prior", "learned_mixture", "--prior-components", "10"],
+    # Inside the default's 5 minutes with the schedule run to its end: the default takes about
+    # 2 of them on a quiet 2-core machine, so these spend the rest (per-step costs, model.md).
+    "default-120": ["--epochs", "120"],
+    "dreg-k5-22": ["--objective", "dreg", "--importance-samples", "5", "--epochs", "22"],
+    "ladder-2-100": ["--stochastic-layers", "2", "--upper-latent-dim", "8", "--epochs", "100"],
     # The likelihood budget (30 minutes): epochs chosen from the per-step costs
     # (docs/model.md) to end inside it on a quiet 2-core machine (the preset's 60 take ~3.5).
     "likelihood-400": ["--preset", "likelihood", "--epochs", "400"],
@@ -243,6 +249,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--matched", metavar="LEVER",
                         help="add today's default trained for LEVER's median wall time")
     parser.add_argument("--quick", action="store_true", help="a smoke run (see the docstring)")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                        help="train nothing: one table from earlier runs' --json files (the "
+                             "same --seeds and eval flags; a lever in a later file wins)")
     options = parser.parse_args(argv)
     options.seeds = [int(s) for s in options.seeds.split(",")]
     if options.full_protocol:
@@ -253,8 +262,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return options
 
 
+def merged(files: list[Path]) -> dict:
+    """The levers of several --json files in one results dict (load: the first start, the
+    last end)."""
+    parts = [json.loads(path.read_text()) for path in files]
+    return {"load": [parts[0]["load"][0], parts[-1]["load"][-1]],
+            "levers": {name: lever for part in parts for name, lever in part["levers"].items()}}
+
+
+def write(text: str, options) -> None:
+    print(text)
+    if options.out:
+        options.out.parent.mkdir(parents=True, exist_ok=True)
+        options.out.write_text(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
+    if options.merge:
+        write(markdown(merged(options.merge), options), options)
+        return 0
     table = QUICK_LEVERS if options.quick else LEVERS
     names = options.levers.split(",") if options.levers else list(table)
     unknown = [n for n in names if n not in table]
@@ -278,11 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             results["levers"][f"default, {options.matched}'s time"] = run_lever(
                 "default-matched", flags, options, data_dir, budget)
     results["load"].append(os.getloadavg()[0])
-    text = markdown(results, options)
-    print(text)
-    if options.out:
-        options.out.parent.mkdir(parents=True, exist_ok=True)
-        options.out.write_text(text)
+    write(markdown(results, options), options)
     if options.json:
         options.json.write_text(json.dumps(results, indent=2, default=_jsonable) + "\n")
     return 0
