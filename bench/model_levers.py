@@ -62,6 +62,7 @@ LEVERS: dict[str, list[str]] = {
     # 2 of them on a quiet 2-core machine, so these spend the rest (per-step costs, model.md).
     "default-120": ["--epochs", "120"],
     "dreg-k5-22": ["--objective", "dreg", "--importance-samples", "5", "--epochs", "22"],
+    "wide-latent32-40": ["--hidden-sizes", "1024,512", "--latent-dim", "32", "--epochs", "40"],
     "ladder-2-100": ["--stochastic-layers", "2", "--upper-latent-dim", "8", "--epochs", "100"],
     # The likelihood budget (30 minutes): epochs chosen from the per-step costs
     # (docs/model.md) to end inside it on a quiet 2-core machine (the preset's 60 take ~3.5).

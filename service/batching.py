@@ -53,7 +53,7 @@ class Stopped(RuntimeError):
 class Decoder(Protocol):
     """What a batch is decoded with: usually a `cvae.sampling.sampler.Sampler` (one checkpoint)."""
 
-    latent_dim: int
+    noise_dim: int  # the width of a prior draw (`Sampler.noise_dim`)
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
 

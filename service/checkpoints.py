@@ -95,9 +95,9 @@ def warm_up(sampler: Sampler) -> None:
     """Compile the common latent draws and the grid path, so requests do not pay for
     compilation (`load_sampler` has compiled and verified every decode block)."""
     for pairs in WARM_PAIR_COUNTS:
-        batch_latents([LatentRequest(0, (7,), 16, 1.0)] * pairs, sampler.latent_dim)
+        batch_latents([LatentRequest(0, (7,), 16, 1.0)] * pairs, sampler.noise_dim)
     png_bytes(make_grid(sampler.decode(*batch_latents(
-        [LatentRequest(0, DIGITS, 16, 1.0)], sampler.latent_dim)[0]), 16))
+        [LatentRequest(0, DIGITS, 16, 1.0)], sampler.noise_dim)[0]), 16))
 
 
 def load(directory: Path, step: int) -> Loaded:

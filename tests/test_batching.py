@@ -16,7 +16,7 @@ class FakeDecoder:
     """Images whose pixels all equal the row's first latent value; records each call's rows.
     `gate`, when given, holds every decode until it is set."""
 
-    latent_dim = 2
+    noise_dim = 2
 
     def __init__(self, gate: threading.Event | None = None):
         self.calls: list[int] = []
@@ -33,7 +33,7 @@ class FakeDecoder:
 
 def fake_latents(requests, decoder):
     """Rows filled with the request's temperature, so each request's rows are recognisable."""
-    return [(np.full((r.n, decoder.latent_dim), r.temperature, np.float32),
+    return [(np.full((r.n, decoder.noise_dim), r.temperature, np.float32),
              np.zeros(r.n, np.int32)) for r in requests]
 
 

@@ -112,11 +112,11 @@ def test_bad_config_value_is_one_line_naming_the_field(tmp_path):
 
 
 def test_a_lever_not_trained_yet_is_refused_in_one_line(tmp_path):
-    result = cvae("train", "--stochastic-layers", 2, "--data-dir", tmp_path,
+    result = cvae("train", "--stochastic-layers", 2, "--batch-norm", "--data-dir", tmp_path,
                   "--checkpoint-dir", tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip().startswith("cvae train: error: stochastic_layers=2: not "
-                                            "trained")
+    assert result.stderr.strip() == ("cvae train: error: stochastic_layers=2: not trained with "
+                                      "--batch-norm yet (without it, it runs)")
 
 
 def test_missing_data_is_one_line_saying_what_to_run(tmp_path):

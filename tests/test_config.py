@@ -110,7 +110,8 @@ def test_importance_samples_need_an_importance_weighted_objective():
 
 @pytest.mark.parametrize("changes", [{"objective": "dreg", "importance_samples": 5},
                                      {"objective": "iwae", "importance_samples": 5},
-                                     {"prior": "vamp"}, {"prior": "learned_mixture"}])
+                                     {"prior": "vamp"}, {"prior": "learned_mixture"},
+                                     {"stochastic_layers": 2}])
 def test_wired_levers_train_and_their_unwired_combinations_are_refused(changes):
     config = default().replace(**changes).validate()
     assert Config.from_json(config.to_json()) == config
@@ -121,8 +122,12 @@ def test_wired_levers_train_and_their_unwired_combinations_are_refused(changes):
         check_trainable(config.replace(batch_norm=True))
 
 
-def test_the_ladder_is_refused_by_name_until_it_is_wired():
-    config = default().replace(stochastic_layers=2).validate()
-    assert Config.from_json(config.to_json()) == config
-    with pytest.raises(ConfigError, match="stochastic_layers=2.*not trained yet"):
-        check_trainable(config)
+def test_the_ladder_trains_with_the_other_levers_but_not_convolutions_or_a_frozen_part():
+    config = default().replace(stochastic_layers=3, objective="dreg", importance_samples=5,
+                               prior="vamp").validate()
+    check_trainable(config)
+    with pytest.raises(ConfigError, match="stochastic_layers=3: not trained with "
+                                          "--architecture conv"):
+        check_trainable(config.replace(architecture="conv"))
+    with pytest.raises(ConfigError, match="stochastic_layers=3: not trained with --freeze"):
+        check_trainable(config.replace(freeze="decoder"))

@@ -64,11 +64,11 @@ def test_the_browser_draws_the_servers_pixels_for_the_same_noise(served):
         last = driver.execute_script(
             "const l = window.browserSampling.last; return {noise: Array.from(l.noise), "
             "labels: Array.from(l.labels), pixels: Array.from(l.pixels), rows: l.rows, "
-            "latentDim: l.latentDim, step: l.step};")
+            "noiseDim: l.noiseDim, step: l.step};")
         width = image_width(driver)
     sampler = app.state.watcher.current.sampler
-    rows, latent = last["rows"], sampler.latent_dim
-    assert (rows, last["latentDim"]) == (80, latent)  # all digits, n = 8 (the page's default)
+    rows, latent = last["rows"], sampler.noise_dim
+    assert (rows, last["noiseDim"]) == (80, latent)  # all digits, n = 8 (the page's default)
     assert width == grid_shape(80, 8, scale=2)[1]
     assert last["step"] == str(app.state.watcher.current.step)
     noise = np.asarray(last["noise"], np.float32).reshape(rows, latent)

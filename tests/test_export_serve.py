@@ -103,7 +103,7 @@ def test_the_page_gets_the_served_models_sample_onnx(exported, export_runs):
         reply = client.get("/browser/sample.onnx")
         assert reply.status_code == 200
         assert reply.content == (folder / "sample.onnx").read_bytes()
-        assert reply.headers["x-latent-dim"] == "4"
+        assert reply.headers["x-latent-dim"] == reply.headers["x-noise-dim"] == "4"
         script = client.get("/browser/ort/ort.wasm.min.js")
         assert script.status_code == 200 and script.headers["content-type"].startswith(
             "text/javascript")

@@ -162,7 +162,7 @@ class GatedDecoder:
     deterministically."""
 
     def __init__(self, sampler):
-        self.sampler, self.latent_dim = sampler, sampler.latent_dim
+        self.sampler, self.noise_dim = sampler, sampler.noise_dim
         self.entered, self.release = threading.Event(), threading.Event()
 
     def decode(self, z, labels):

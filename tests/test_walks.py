@@ -18,7 +18,7 @@ LATENT = 6
 class StandardPrior:
     """The sampler's side of a walk under N(0, I): codes are the draws themselves."""
 
-    latent_dim = LATENT
+    latent_dim = noise_dim = LATENT
 
     def to_codes(self, noise, labels):
         return noise

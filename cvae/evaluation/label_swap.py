@@ -101,7 +101,7 @@ def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
     own = sampler.decode_codes(mean, labels)
     # Floor: a prior sample for each source, decoded as one of its targets.
     floor_targets = targets.reshape(count, -1)[np.arange(count), np.arange(count) % len(shifts)]
-    noise = np.asarray(jax.random.normal(jax.random.key(seed), (count, sampler.latent_dim)))
+    noise = np.asarray(jax.random.normal(jax.random.key(seed), (count, sampler.noise_dim)))
     prior = sampler.decode(noise, floor_targets)
     real = to_unit(images_u8)
     source_style = {name: standardised(values, labels) for name, values in measure(real).items()}

@@ -47,13 +47,13 @@ def report_shapes() -> dict[str, tuple[int, int]]:
 
 
 def _decode_soft(model: CVAE, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
-    logits = model.apply(variables, z, onehot, method=lambda m, *a: m.decoder(*a, train=False))
+    logits = model.apply(variables, z, onehot, method="decode_onehot")
     return np.asarray(pixel_means(logits)).reshape(-1, *IMAGE_SHAPE)
 
 
 def _posterior_means(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray):
     x = to_unit(jnp.asarray(images_u8.reshape(len(images_u8), -1)))
-    mean, _ = model.apply(variables, x, jnp.asarray(labels, jnp.int32), method=CVAE.encode)
+    mean, _ = model.apply(variables, x, jnp.asarray(labels, jnp.int32), method="encode")
     return mean
 
 

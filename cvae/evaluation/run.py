@@ -55,6 +55,7 @@ from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconst
                              reports)
 from cvae.model.networks import create_model
 from cvae.model.store import load_trained_model
+from cvae.model.widths import noise_dim
 from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
@@ -168,7 +169,7 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     images_u8, labels = data.test_images[:limit], np.asarray(data.test_labels[:limit])
     config = checkpoint.config
     results = {"step": checkpoint.step, "likelihood": config.likelihood,
-               "latent_dim": config.latent_dim, "test_examples": int(limit),
+               "latent_dim": noise_dim(config), "test_examples": int(limit),
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
     results.update(iwae_metrics(checkpoint, images_u8, labels, options=options))
     results.update(classification.classification_metrics(

@@ -11,6 +11,7 @@ import dataclasses
 import json
 
 from cvae import config as config_lib
+from cvae.model.widths import noise_dim
 
 # The Hub's dataset ids for the datasets a run may train on.
 HUB_DATASETS = {"mnist": ("ylecun/mnist", "MNIST"),
@@ -192,7 +193,10 @@ def _verification(facts: CardFacts) -> str:
 
 
 def _snippets(facts: CardFacts) -> str:
-    latent = facts.config.latent_dim
+    latent = noise_dim(facts.config)
+    layers = facts.config.stochastic_layers
+    ladder = (f" (all {layers} layers of the ladder, the top layer's first)" if layers > 1
+              else "")
     return f'''## Use it
 
 Each snippet runs as written in this folder.
@@ -212,7 +216,7 @@ with open("sevens.png", "wb") as file:
 ```
 
 With only `onnxruntime` and `numpy`: `sample.onnx` maps noise ~ N(0, t^2 I) of
-{latent} dimensions and a label to pixels in [0, 1].
+{latent} dimensions{ladder} and a label to pixels in [0, 1].
 
 ```python
 import numpy as np

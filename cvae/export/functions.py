@@ -1,9 +1,11 @@
 """What an exported folder computes: the sampler's functions with the weights inside.
 
-    sample(noise f32[B, L], label i32[B]) -> images f32[B, 28, 28] in [0, 1]
-        the prior mapping and the decoder: what `/sample` decodes for noise ~ N(0, t^2 I)
+    sample(noise f32[B, D], label i32[B]) -> images f32[B, 28, 28] in [0, 1]
+        the prior mapping and the decoder: what `/sample` decodes for noise ~ N(0, t^2 I);
+        D is the sampler's `noise_dim` (a ladder's: every layer, top layer first)
     encode(images f32[B, 784] in [0, 1], label i32[B])
-        -> mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]   (the posterior q(z|x,y))
+        -> mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]   (the posterior q(z|x,y) of
+        a code: a ladder's top layer)
     classify(images f32[B, 784] in [0, 1]) -> probabilities f32[B, 10]
         q(y|x), only for a model trained with `--labels N`
 
@@ -18,13 +20,15 @@ size): the same bits, see `onnx_prior_sample`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from cvae.model import prior as prior_lib
-from cvae.model.networks import CVAE, IMAGE_PIXELS, create_model, pixel_means
+from cvae.model.hierarchical import LadderCVAE
+from cvae.model.networks import IMAGE_PIXELS, create_model, pixel_means
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +43,8 @@ class Portable:
 
 def signatures(sampler) -> dict[str, tuple]:
     """name -> (inputs, outputs) for the functions this model has."""
-    latent = sampler.latent_dim
-    found = {"sample": ((("noise", (latent,), "float32"), ("label", (), "int32")), ("images",)),
+    noise = sampler.noise_dim
+    found = {"sample": ((("noise", (noise,), "float32"), ("label", (), "int32")), ("images",)),
              "encode": ((("images", (IMAGE_PIXELS,), "float32"), ("label", (), "int32")),
                         ("mean", "logvar", "neg_elbo"))}
     if sampler.has_classifier:
@@ -49,14 +53,18 @@ def signatures(sampler) -> dict[str, tuple]:
 
 
 # The modules each function reads (the prior collection only `sample`): a file holds no
-# weights it does not use.
-MODULES = {"sample": ("decoder",), "encode": ("encoder", "decoder"), "classify": ("classifier",)}
+# weights it does not use. A ladder's (cvae/model/hierarchical.py) by their names less the
+# list index: it samples top down, and encodes bottom up, then decodes its posterior means.
+_LADDER_DOWN = ("top_down_nets", "top_down_heads", "decoder_layers", "pixels")
+MODULES = {"sample": ("decoder", *_LADDER_DOWN),
+           "encode": ("encoder", "decoder", "bottom", "upper", "bottom_up_heads", *_LADDER_DOWN),
+           "classify": ("classifier",)}
 
 
 def used_variables(variables: dict, name: str) -> dict:
     """`variables` cut down to what function `name` reads."""
     kept = {collection: {module: tree for module, tree in modules.items()
-                         if module in MODULES[name]}
+                         if re.sub(r"_\d+$", "", module) in MODULES[name]}
             for collection, modules in variables.items() if collection != prior_lib.COLLECTION}
     if name == "sample" and prior_lib.COLLECTION in variables:
         kept[prior_lib.COLLECTION] = variables[prior_lib.COLLECTION]
@@ -81,10 +89,16 @@ def onnx_functions(sampler) -> list[Portable]:
     variables, config = sampler.variables, sampler.config
     model = create_model(config)
 
-    def sample(noise, labels):
-        z = noise if config.prior == "standard" else onnx_prior_sample(
+    def through_prior(noise, labels):
+        return noise if config.prior == "standard" else onnx_prior_sample(
             variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise, labels)
-        logits = model.apply(variables, z, labels, method=CVAE.decode)
+
+    def sample(noise, labels):
+        if isinstance(model, LadderCVAE):  # the prior maps the top layer's share of the noise
+            logits = model.apply(variables, noise, labels, through_prior, method="generate")
+        else:
+            logits = model.apply(variables, through_prior(noise, labels), labels,
+                                 method="decode")
         return pixel_means(logits).reshape(-1, 28, 28)
 
     fns = {"sample": sample,

@@ -38,6 +38,7 @@ from cvae.model import learned_prior
 from cvae.model import prior as prior_lib
 from cvae.model.networks import ACTIVATION_FNS, IMAGE_PIXELS, soft_clamp
 from cvae.model.objectives import gaussian_log_density
+from cvae.model.widths import layer_dims
 
 
 class LayerTerms(NamedTuple):
@@ -140,6 +141,12 @@ class LadderCVAE(nn.Module):
     # one samples from the "prior" collection (cvae/model/prior.py's format).
     prior: str = "standard"
     prior_components: int = 10  # a class's components (pseudo-inputs for "vamp")
+    config: Config | None = None  # the config it was made from (`create_ladder`), as CVAE's
+
+    @property
+    def has_classifier(self) -> bool:
+        """No q(y|x): the ladder trains with every label (it reads digits by Bayes' rule)."""
+        return False
 
     def setup(self):
         n, act = len(self.latent_dims), self.activation
@@ -228,7 +235,9 @@ class LadderCVAE(nn.Module):
     def decode_all(self, z: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
         """Every layer's z f32[..., B, total_dim] (top first) -> pixel logits f32[..., B, 784]."""
         del train
-        onehot = jax.nn.one_hot(labels, NUM_CLASSES)
+        return self._decode_all(z, jax.nn.one_hot(labels, NUM_CLASSES))
+
+    def _decode_all(self, z: jax.Array, onehot: jax.Array) -> jax.Array:
         act = ACTIVATION_FNS[self.activation]
         h = act(self.decoder_layers[0](_with_label(z, onehot)))
         for dense in self.decoder_layers[1:]:
@@ -238,7 +247,9 @@ class LadderCVAE(nn.Module):
     def prior_path(self, z_top: jax.Array, labels: jax.Array, eps: list[jax.Array]) -> jax.Array:
         """z_top f32[B, L_n] and unit normals for the layers below (bottom first) -> every
         layer's z from the top-down priors, f32[B, total_dim]."""
-        onehot = jax.nn.one_hot(labels, NUM_CLASSES)
+        return self._prior_path(z_top, jax.nn.one_hot(labels, NUM_CLASSES), eps)
+
+    def _prior_path(self, z_top: jax.Array, onehot: jax.Array, eps: list[jax.Array]):
         parts, z = [z_top], z_top
         for layer in reversed(range(len(self.latent_dims) - 1)):
             mean, logvar = self.top_down(layer, z, onehot)
@@ -280,8 +291,13 @@ class LadderCVAE(nn.Module):
     def decode(self, codes: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
         """Top-layer codes f32[B, L_n] -> logits, each layer below at its top-down mean."""
         del train
+        return self.decode_onehot(codes, jax.nn.one_hot(labels, NUM_CLASSES))
+
+    def decode_onehot(self, codes: jax.Array, onehot: jax.Array) -> jax.Array:
+        """`decode` with the label as a (possibly blended) one-hot f32[B, 10]: what the
+        reports' interpolation between two classes decodes."""
         zeros = [jnp.zeros(codes.shape[:-1] + (d,), codes.dtype) for d in self.latent_dims]
-        return self.decode_all(self.prior_path(codes, labels, zeros), labels)
+        return self._decode_all(self._prior_path(codes, onehot, zeros), onehot)
 
     def posterior_means(self, images: jax.Array, labels: jax.Array) -> jax.Array:
         """Every layer's posterior mean, top down (each given the means above): f32[B, total]."""
@@ -293,13 +309,12 @@ def create_ladder(config: Config) -> LadderCVAE:
     """The ladder VAE a config asks for: `stochastic_layers` layers, the bottom one of
     `latent_dim` dimensions, each above of `upper_latent_dim`; upper MLPs as wide as the last
     hidden layer."""
-    dims = (config.latent_dim,) + (config.upper_latent_dim,) * (config.stochastic_layers - 1)
     components = config.pseudo_inputs if config.prior == "vamp" else config.prior_components
-    return LadderCVAE(latent_dims=dims, hidden_sizes=config.hidden_sizes,
+    return LadderCVAE(latent_dims=layer_dims(config), hidden_sizes=config.hidden_sizes,
                       upper_width=config.hidden_sizes[-1], activation=config.activation,
                       logvar_bound=config.logvar_bound,
                       label_every_layer=config.label_conditioning == "every",
-                      prior=config.prior, prior_components=components)
+                      prior=config.prior, prior_components=components, config=config)
 
 
 def init_ladder(model: LadderCVAE, key: jax.Array) -> dict:

@@ -164,6 +164,10 @@ class CVAE(nn.Module):
     def decode(self, z: jax.Array, labels: jax.Array, *, train: bool = False) -> jax.Array:
         return self.decoder(z, jax.nn.one_hot(labels, NUM_CLASSES), train=train)
 
+    def decode_onehot(self, z: jax.Array, onehot: jax.Array) -> jax.Array:
+        """`decode` with the label as a (possibly blended) one-hot f32[B, 10]."""
+        return self.decoder(z, onehot, train=False)
+
     def classify(self, images: jax.Array, *, train: bool = False) -> jax.Array:
         """Logits of q(y | x), float32[B, 10]; only for a model trained with `--labels N`."""
         return self.classifier(images, train=train)
@@ -211,7 +215,14 @@ def prior_components(config: Config) -> int:
     return config.pseudo_inputs if config.prior == "vamp" else config.prior_components
 
 
-def create_model(config: Config) -> CVAE:
+def create_model(config: Config):
+    """The module a config asks for: the one-latent `CVAE`, or with `stochastic_layers` > 1 the
+    ladder VAE (cvae/model/hierarchical.py `LadderCVAE`, which answers the same `encode`,
+    `decode`, `generate` and `has_classifier`)."""
+    if config.stochastic_layers > 1:
+        from cvae.model.hierarchical import create_ladder  # it imports this module
+
+        return create_ladder(config)
     return CVAE(config)
 
 
@@ -225,6 +236,10 @@ def pixel_means(logits: jax.Array) -> jax.Array:
 
 def init_variables(model: CVAE, key: jax.Array) -> dict:
     """Parameters (and batch_stats when BatchNorm is on) for a batch of one."""
+    if not isinstance(model, CVAE):  # the ladder VAE (`create_model`)
+        from cvae.model.hierarchical import init_ladder
+
+        return init_ladder(model, key)
     params_key, z_key, dropout_key = jax.random.split(key, 3)
     images = jnp.zeros((1, IMAGE_PIXELS), jnp.float32)
     labels = jnp.zeros((1,), jnp.int32)

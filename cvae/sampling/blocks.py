@@ -88,9 +88,9 @@ def block_check(probes: list[Probe], variables: dict, sizes: tuple[int, ...]) ->
 def sampler_probes(sampler) -> list[Probe]:
     """The functions a `cvae.sampling.sampler.Sampler` draws and encodes through blocks, with
     their row widths."""
-    latent = sampler.latent_dim
-    probes = [(fn, latent) for fn in (sampler.decode_fn, sampler.code_decode_fn,
-                                      sampler.prior_fn) if fn is not None]
+    widths = ((sampler.decode_fn, sampler.noise_dim), (sampler.prior_fn, sampler.noise_dim),
+              (sampler.code_decode_fn, sampler.latent_dim))  # draws: noise; codes: a code
+    probes = [(fn, width) for fn, width in widths if fn is not None]
     if sampler.encode_fn is not None:
         probes.append((sampler.encode_fn, sampler.image_pixels))
     return probes

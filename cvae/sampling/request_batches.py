@@ -19,7 +19,7 @@ from cvae.sampling.transfer import TransferRequest, transfer_latents
 
 # kind -> (requests of that kind, sampler) -> one (z, labels) or Codes per request
 ROWS_BY_KIND: dict[type, Callable] = {
-    LatentRequest: lambda requests, sampler: batch_latents(requests, sampler.latent_dim),
+    LatentRequest: lambda requests, sampler: batch_latents(requests, sampler.noise_dim),
     LatentWalk: walk_latents,
     DigitWalk: walk_latents,
     TransferRequest: transfer_latents,
@@ -27,14 +27,14 @@ ROWS_BY_KIND: dict[type, Callable] = {
 
 
 def request_rows(requests: list, sampler: Sampler) -> list[tuple]:
-    """One (z f32[rows, L], labels i32[rows]) of prior draws per request, in order, or for a
+    """One (z f32[rows, noise_dim], labels i32[rows]) of prior draws per request, in order, or for a
     walk or transfer its `Codes` (a transfer's also carry the label its image was encoded
     with)."""
     kinds: dict[type, list[int]] = {}
     for index, request in enumerate(requests):
         kinds.setdefault(type(request), []).append(index)
     if len(kinds) == 1 and LatentRequest in kinds:  # the common case: /sample only
-        return batch_latents(requests, sampler.latent_dim)
+        return batch_latents(requests, sampler.noise_dim)
     results: list = [None] * len(requests)
     for kind, members in kinds.items():
         rows = ROWS_BY_KIND[kind]([requests[i] for i in members], sampler)

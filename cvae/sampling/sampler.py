@@ -6,6 +6,7 @@ padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), 
 pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
 whether it was decoded alone or batched with others. The sampler also encodes (the posterior
 q(z|x,y) of given images, for style transfer) through the same blocks, with the same guarantee.
+Noise is `Sampler.noise_dim` wide, codes `latent_dim`: the ladder's every layer and top layer.
 """
 
 from __future__ import annotations
@@ -27,19 +28,22 @@ from cvae.sampling.grid import make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.log_weights import create_bayes_classify_fn
 from cvae.model.losses import kl_divergence, reconstruction
+from cvae.model.hierarchical import LadderCVAE, layer_kls
 from cvae.model.networks import CVAE, create_model, pixel_means
+from cvae.model.widths import code_dim, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
 
 DIGITS = tuple(range(NUM_CLASSES))
 
 
 def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Callable:
-    """Jitted `decode(variables, z f32[B, L], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
+    """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
 
-    z is the sampling noise, N(0, t^2 I); the model's prior maps it to its latent (the identity
-    for the standard prior). With `codes`, z are latents (codes) decoded as they are.
+    z is the sampling noise, N(0, t^2 I), `noise_dim` wide; the model's prior maps it to its
+    latent (the identity for the standard prior). With `codes`, z are codes (`code_dim` wide)
+    decoded as they are: for the ladder, the top layer's, the layers below at their means.
     """
-    method = CVAE.decode if codes else CVAE.generate
+    method = "decode" if codes else "generate"
 
     @jax.jit
     def decode(variables, z, labels):
@@ -50,15 +54,19 @@ def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Cal
 
 
 def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
-    """Jitted `prior(variables, noise f32[B, L], labels i32[B]) -> codes f32[B, L]`: the latent
-    that `generate` decodes for that noise; None for the standard prior (the identity)."""
-    if config.prior == "standard":
+    """Jitted `prior(variables, noise f32[B, D], labels i32[B]) -> codes f32[B, L]`: the code
+    that `generate` decodes for that noise (the ladder's: its top layer's share, noise top layer
+    first, through the prior); None where it is the noise itself (one latent, standard prior)."""
+    width = code_dim(config)
+    if config.prior == "standard" and width == noise_dim(config):
         return None
 
     @jax.jit
     def prior(variables, noise, labels):
-        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise,
-                                labels)
+        top = noise[:, :width]
+        if config.prior == "standard":
+            return top
+        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], top, labels)
 
     return prior
 
@@ -67,15 +75,22 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
     """Jitted `encode(variables, images f32[B, 784] in [0, 1], labels i32[B])` ->
     (mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]).
 
-    neg_elbo is -ELBO(x, y) at z = the posterior mean (reconstruction + KL, in nats):
+    mean, logvar: the code's posterior (the ladder's top layer). neg_elbo is -ELBO(x, y) at z =
+    the posterior mean (every ladder layer's; reconstruction + KL, in nats):
     deterministic, and lowest for the label that explains the image best, which is how a
     transfer picks the label of an unlabelled digit.
     """
 
     @jax.jit
     def encode(variables, images, labels):
-        mean, logvar = model.apply(variables, images, labels, method=CVAE.encode)
-        logits = model.apply(variables, mean, labels, method=CVAE.decode)
+        if isinstance(model, LadderCVAE):  # every layer at its posterior mean (zero noise)
+            out = model.apply(variables, images, labels, jnp.zeros((len(images), model.total_dim)))
+            kl = sum(kl.sum(-1) for kl in layer_kls(out))
+            top = out.layers[-1]
+            return top.q_mean, top.q_logvar, reconstruction(out.logits, images,
+                                                            config.likelihood) + kl
+        mean, logvar = model.apply(variables, images, labels, method="encode")
+        logits = model.apply(variables, mean, labels, method="decode")
         neg_elbo = reconstruction(logits, images, config.likelihood) + kl_divergence(mean, logvar)
         return mean, logvar, neg_elbo
 
@@ -92,7 +107,7 @@ def create_classify_fn(model: CVAE) -> Callable | None:
 
     @jax.jit
     def classify(variables, images):
-        return jax.nn.softmax(model.apply(variables, images, method=CVAE.classify), axis=-1)
+        return jax.nn.softmax(model.apply(variables, images, method="classify"), axis=-1)
 
     return classify
 
@@ -223,7 +238,13 @@ class Sampler:
 
     @property
     def latent_dim(self) -> int:
-        return self.config.latent_dim
+        """The width of a code (`encode`'s, `decode_codes`'): the ladder's top layer."""
+        return code_dim(self.config)
+
+    @property
+    def noise_dim(self) -> int:
+        """The width of a prior draw (`decode`'s, `to_codes`'): every ladder layer, top first."""
+        return noise_dim(self.config)
 
     @property
     def has_classifier(self) -> bool:
@@ -237,7 +258,7 @@ class Sampler:
         return IMAGE_PIXELS
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Prior draws f32[B, L], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks`
+        """Prior draws f32[B, noise_dim], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks`
         chooses."""
         return self._decode_blocks(self.decode_fn, z, labels)
 
@@ -246,8 +267,8 @@ class Sampler:
         return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels)
 
     def to_codes(self, noise: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Prior draws f32[B, L] -> the codes `decode` decodes them as (the prior's mapping),
-        through the same blocks; the draws themselves for the standard prior."""
+        """Prior draws f32[B, noise_dim] -> the codes `decode` decodes them as (the prior's
+        mapping; the ladder's top layer), through the same blocks; else the draws themselves."""
         if self.prior_fn is None:
             return noise
         codes = self._decode_blocks(self.prior_fn, noise, labels)
@@ -328,7 +349,7 @@ class Sampler:
     def sample_images(self, digit: int | None, n: int, seed: int,
                       *, temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
         digits = DIGITS if digit is None else (digit,)
-        z, labels = request_latents(seed, digits, n, latent_dim=self.config.latent_dim,
+        z, labels = request_latents(seed, digits, n, latent_dim=self.noise_dim,
                                     temperature=temperature)
         return self.decode(z, labels)
 

@@ -4,7 +4,8 @@ Two walks, both made of `/sample`'s own latents: z of seed s and digit d is the 
 first picture of `/sample?digit=d&seed=s` decodes (its prior draw, mapped through the model's
 prior: `Sampler.to_codes`), so their ends are the pictures `/sample` gives (bit for bit with the
 standard prior; with a mixture prior the code is computed in its own program, which may round
-differently in the last bits):
+differently in the last bits; a ladder's code is its draw's top layer, decoded with the layers
+below at their means, so its ends are /sample's pictures without the lower layers' detail):
 
 - `LatentWalk`: for each digit, `steps` codes from z(seed, d) to z(to_seed, d), the direction
   turning at a constant rate and the length changing linearly (spherical interpolation: under a
@@ -89,7 +90,7 @@ def walk_latents(walks: list[LatentWalk | DigitWalk], sampler: Sampler) -> list[
                       LatentRequest(walk.to_seed, walk.digits, 1, walk.temperature)]
         else:
             draws.append(LatentRequest(walk.seed, (walk.digit,), walk.n, walk.temperature))
-    drawn = batch_latents(draws, sampler.latent_dim)
+    drawn = batch_latents(draws, sampler.noise_dim)
     noise = np.concatenate([z for z, _ in drawn])
     codes = sampler.to_codes(noise, np.concatenate([labels for _, labels in drawn]))
     parts = iter(np.split(codes, np.cumsum([len(z) for z, _ in drawn])[:-1]))

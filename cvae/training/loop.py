@@ -64,7 +64,7 @@ def create_prior_fit(model: CVAE, config: Config, supervision: Supervision):
     if config.prior != "mixture":
         return None
     fit_fn = prior_lib.create_fit_fn(
-        lambda variables, x, y: model.apply(variables, x, y, method=CVAE.encode),
+        lambda variables, x, y: model.apply(variables, x, y, method="encode"),
         components=config.prior_components, codes=config.prior_codes)
     prior_labels = supervision.create_prior_labels(model)
 

@@ -54,8 +54,10 @@ async def onnxruntime_web(name: str):
 
 @router.get("/sample.onnx")
 async def sample_onnx(request: Request, loaded: ServedModel):
-    """The served model's sample.onnx; X-Checkpoint-Step and X-Latent-Dim say what it is."""
+    """The served model's sample.onnx; X-Checkpoint-Step, X-Noise-Dim (the width of its noise)
+    and X-Latent-Dim (of a code) say what it is."""
     headers = {"X-Checkpoint-Step": str(loaded.step), "Cache-Control": "no-cache",
+               "X-Noise-Dim": str(loaded.sampler.noise_dim),
                "X-Latent-Dim": str(loaded.sampler.latent_dim)}
     directory = request.app.state.watcher.directory
     if is_export(directory):  # its files were checked against the manifest at start-up

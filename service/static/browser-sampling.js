@@ -12,7 +12,7 @@
   const $ = (id) => document.getElementById(id);
   const TILE = 28, PAD = 2;
   let runtime = null;   // Promise of the `ort` namespace
-  let model = null;     // Promise of {session, step, latentDim}
+  let model = null;     // Promise of {session, step, noiseDim}
 
   // The mode's controls, after the page's own.
   const label = document.createElement("label");
@@ -51,7 +51,7 @@
         const bytes = new Uint8Array(await response.arrayBuffer());
         const session = await ort.InferenceSession.create(bytes, {executionProviders: ["wasm"]});
         return {session, step: response.headers.get("X-Checkpoint-Step"),
-                latentDim: Number(response.headers.get("X-Latent-Dim"))};
+                noiseDim: Number(response.headers.get("X-Noise-Dim"))};
       })();
       model.catch(() => { model = null; });
     }
@@ -116,21 +116,21 @@
   async function drawInBrowser(params) {
     const started = performance.now();
     const ort = await loadRuntime();
-    const {session, step, latentDim} = await loadModel(ort);
+    const {session, step, noiseDim} = await loadModel(ort);
     const digits = params.get("digit") === null ? [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
                                                 : [Number(params.get("digit"))];
     const n = Number(params.get("n")), seed = Number(params.get("seed"));
     const rows = digits.length * n;
-    const noise = drawNoise(seed, rows * latentDim, Math.fround(Number(params.get("temperature"))));
+    const noise = drawNoise(seed, rows * noiseDim, Math.fround(Number(params.get("temperature"))));
     const labels = Int32Array.from({length: rows}, (_, row) => digits[Math.floor(row / n)]);
     const outputs = await session.run({
-      noise: new ort.Tensor("float32", noise, [rows, latentDim]),
+      noise: new ort.Tensor("float32", noise, [rows, noiseDim]),
       label: new ort.Tensor("int32", labels, [rows])});
     const pixels = toUint8(outputs[session.outputNames[0]].data);
     const cols = digits.length > 1 ? n : Math.ceil(Math.sqrt(n));
     $("grid").src = gridUrl(pixels, rows, cols, Number(params.get("scale")));
     const ms = performance.now() - started;
-    window.browserSampling.last = {noise, labels, pixels, rows, latentDim, step};
+    window.browserSampling.last = {noise, labels, pixels, rows, noiseDim, step};
     $("status").className = "";
     $("status").textContent = "seed " + seed + " (the page's own noise), checkpoint step " + step;
     where.textContent = "drawn in the browser (onnxruntime-web, WebAssembly) in " +
