@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"load": [os.getloadavg()[0]], "levers": {}}
     for name in names:
         results["levers"][name] = run_lever(name, table[name], options, data_dir, budget)
+        if options.json:  # after each lever, so an interrupted table keeps what it measured
+            options.json.write_text(json.dumps(results, indent=2, default=_jsonable) + "\n")
     if options.matched:
         epochs = matched_epochs(results["levers"].get("default", {"runs": []}),
                                 results["levers"].get(options.matched, {"runs": []}))
