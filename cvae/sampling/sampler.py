@@ -84,7 +84,8 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
     @jax.jit
     def encode(variables, images, labels):
         if isinstance(model, LadderCVAE):  # every layer at its posterior mean (zero noise)
-            out = model.apply(variables, images, labels, jnp.zeros((len(images), model.total_dim)))
+            out = model.apply(variables, images, labels,
+                              jnp.zeros(images.shape[:1] + (model.total_dim,), images.dtype))
             kl = sum(kl.sum(-1) for kl in layer_kls(out))
             top = out.layers[-1]
             return top.q_mean, top.q_logvar, reconstruction(out.logits, images,
