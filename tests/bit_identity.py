@@ -76,7 +76,7 @@ def check_rows(sampler: Sampler) -> None:
     position."""
     sizes = [s for s in sampler.block_sizes if s > 1]
     z, labels = (np.concatenate(part) for part in zip(*batch_latents(SAMPLE_REQUESTS[:4],
-                                                                      sampler.latent_dim)))
+                                                                      sampler.noise_dim)))
     z, labels = z[:40], labels[:40]
     for fn in (sampler.decode, sampler.decode_codes, sampler.to_codes):
         assert_rows_independent(fn, (z, labels), sizes)
@@ -91,9 +91,9 @@ def check_rows(sampler: Sampler) -> None:
 def check_requests(sampler: Sampler) -> None:
     """Seeded sample requests, transfers and walks: batched (in both orders) == alone, and a
     sample request's PNG bytes too."""
-    alone = [sampler.decode(*batch_latents([r], sampler.latent_dim)[0]) for r in SAMPLE_REQUESTS]
+    alone = [sampler.decode(*batch_latents([r], sampler.noise_dim)[0]) for r in SAMPLE_REQUESTS]
     for order in (SAMPLE_REQUESTS, SAMPLE_REQUESTS[::-1]):
-        rows = batch_latents(order, sampler.latent_dim)
+        rows = batch_latents(order, sampler.noise_dim)
         decoded = sampler.decode(*(np.concatenate(part) for part in zip(*rows)))
         parts = np.split(decoded, np.cumsum([r.rows for r in order])[:-1])
         for request, part in zip(order, parts):

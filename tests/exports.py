@@ -22,8 +22,9 @@ from cvae import config as config_lib
 from cvae.data.synthetic import synthetic_dataset
 
 # Every model option the export covers: the standard prior (the test config), the per-class
-# mixture prior with BatchNorm and EMA weights, and the few-label model's classifier q(y|x)
-# (with the mixture prior, as `--preset semi` has). (`--architecture conv` exports too, its
+# mixture prior with BatchNorm and EMA weights, the few-label model's classifier q(y|x)
+# (with the mixture prior, as `--preset semi` has), and the ladder VAE (two layers, its noise
+# 4 + 3 wide, the mixture fitted to its top layer's codes). (`--architecture conv` exports too, its
 # ONNX within 1e-7: left out here for the suite's time, its convolutions cost most on a CPU.)
 OPTIONS = {
     "standard": lambda: config_lib.test().replace(epochs=2),
@@ -31,6 +32,9 @@ OPTIONS = {
         prior="mixture", prior_components=2, epochs=2, batch_norm=True, ema_decay=0.9),
     "few-labels": lambda: config_lib.test().replace(
         prior="mixture", prior_components=2, epochs=2, labels="20", labelled_per_batch=4),
+    "ladder": lambda: config_lib.test().replace(
+        stochastic_layers=2, upper_latent_dim=3, prior="mixture", prior_components=2, epochs=2,
+        free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6),
 }
 
 

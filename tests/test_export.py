@@ -19,7 +19,7 @@ from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import DIGITS, load_sampler, request_latents
 
 pytestmark = pytest.mark.slow
-KINDS = ("standard", "mixture", "few-labels")
+KINDS = ("standard", "mixture", "few-labels", "ladder")
 
 
 def files_of(kind: str) -> set[str]:
@@ -38,6 +38,9 @@ def test_the_folder_holds_every_file_with_its_sha256(kind, exported, export_runs
         assert entry["sha256"] == sha256(folder / name), name
         assert entry["bytes"] == (folder / name).stat().st_size
     assert set(manifest["files"]) == files_of(kind) - {"manifest.json"}
+    # The noise `sample` takes: a ladder's is every layer (4 + 3), its codes the top layer's.
+    assert (manifest["noise_dim"], manifest["code_dim"]) == ((7, 3) if kind == "ladder" else
+                                                             (4, 4))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -51,7 +54,8 @@ def test_the_weights_are_the_checkpoints_under_stable_names(kind, exported, expo
     stored = flatten(model.variables)
     assert stored.keys() == expected.keys()
     assert all(np.array_equal(stored[name], np.asarray(expected[name])) for name in expected)
-    assert "params.decoder.Dense_0.kernel" in stored
+    assert ("params.decoder.Dense_0.kernel" in stored) == (kind != "ladder")
+    assert ("params.top_down_nets_0.Dense_0.kernel" in stored) == (kind == "ladder")
     assert ("prior.mixture.means" in stored) == (kind != "standard")
     assert any(name.startswith("params.classifier.") for name in stored) == (kind == "few-labels")
     assert any(name.startswith("batch_stats.") for name in stored) == (kind == "mixture")
@@ -65,7 +69,7 @@ def test_stablehlo_gives_the_samplers_bits_on_its_block_shapes(kind, exported):
     sampler = open_sampler(folder)
     rows = min(sampler.block_sizes)  # 64 here; other CPU kernels may drop to 128 or 256
     per_digit = -(-rows // len(DIGITS))
-    noise, labels = request_latents(3, DIGITS, per_digit, latent_dim=sampler.latent_dim,
+    noise, labels = request_latents(3, DIGITS, per_digit, latent_dim=sampler.noise_dim,
                                     temperature=0.8)
     noise, labels = noise[:rows], labels[:rows]
     images = np.asarray(load_stablehlo(folder / "sample.stablehlo").call(noise, labels))
@@ -79,7 +83,7 @@ def test_stablehlo_gives_the_samplers_bits_on_its_block_shapes(kind, exported):
     if kind == "few-labels":  # at classify's own smallest block, checked apart from drawing's
         reading = min(sampler.classify_block_sizes)
         digits = _to_uint8(sampler.decode(*request_latents(
-            4, DIGITS, -(-reading // len(DIGITS)), latent_dim=sampler.latent_dim,
+            4, DIGITS, -(-reading // len(DIGITS)), latent_dim=sampler.noise_dim,
             temperature=0.8)))[:reading]
         x = digits.reshape(reading, -1).astype(np.float32) / np.float32(255)
         probabilities = load_stablehlo(folder / "classify.stablehlo").call(x)
@@ -95,7 +99,7 @@ def test_stablehlo_takes_any_batch_size_within_float_rounding(exported):
     sample = load_stablehlo(folder / "sample.stablehlo")
     for rows in (1, 3, 100):
         noise, labels = request_latents(0, DIGITS, rows,
-                                        latent_dim=sampler.latent_dim, temperature=1.0)
+                                        latent_dim=sampler.noise_dim, temperature=1.0)
         noise, labels = noise[:rows], labels[:rows]
         images = np.asarray(sample.call(noise, labels))
         assert images.shape == (rows, 28, 28)
@@ -106,7 +110,7 @@ def test_stablehlo_takes_any_batch_size_within_float_rounding(exported):
 def test_onnx_runtime_agrees_within_1e5_on_1000_noise_vectors_per_digit(kind, exported):
     folder = exported(kind)
     sampler = open_sampler(folder)
-    noise, labels = request_latents(7, DIGITS, 1000, latent_dim=sampler.latent_dim, temperature=1.0)
+    noise, labels = request_latents(7, DIGITS, 1000, latent_dim=sampler.noise_dim, temperature=1.0)
     ours = run_onnx(folder / "sample.onnx", {"noise": noise, "label": labels})[0]
     theirs = sampler.decode(noise, labels)
     assert ours.shape == theirs.shape == (10000, 28, 28)

@@ -58,6 +58,13 @@ def test_each_function_holds_only_the_weights_it_reads():
     assert used_variables(variables, "encode") == {
         "params": {"encoder": 1, "decoder": 2}, "batch_stats": {"encoder": 4, "decoder": 5}}
     assert used_variables(variables, "classify") == {"params": {"classifier": 3}}
+    ladder = {"params": {"bottom": 1, "upper_0": 2, "bottom_up_heads_1": 3, "top_down_nets_0": 4,
+                         "top_down_heads_0": 5, "decoder_layers_1": 6, "pixels": 7},
+              "prior": {"mixture": 8}}  # its modules (cvae/model/hierarchical.py)
+    assert used_variables(ladder, "sample") == {"params": {
+        "top_down_nets_0": 4, "top_down_heads_0": 5, "decoder_layers_1": 6, "pixels": 7},
+        "prior": {"mixture": 8}}
+    assert used_variables(ladder, "encode") == {"params": ladder["params"]}
 
 
 def test_a_manifest_names_the_file_that_differs(tmp_path):
