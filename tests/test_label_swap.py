@@ -69,7 +69,7 @@ class BarSampler:
     shear and width standing where `stand` says: "label" (a perfect swap), "source" (ignores
     the label), or keeps the label but draws a random shear ("random hand")."""
 
-    latent_dim = 3
+    latent_dim = noise_dim = 3
 
     def __init__(self, stand: str):
         self.stand, self.rng = stand, np.random.default_rng(1)
