@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -44,6 +43,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from cvae.export.run import cpu_name
 
 # The levers as `cvae train` flags. The issue's budgets: the default at most 5 minutes on 2
 # cores, the likelihood preset at most 30 (--budget-minutes per table).
@@ -82,7 +83,7 @@ QUICK_LEVERS: dict[str, list[str]] = {
     "iwae-k5": TINY + ["--objective", "iwae", "--importance-samples", "5"],
 }
 COLUMNS = (  # (heading, path in the eval JSON, digits)
-    ("-log p(x|y)", ("iwae", "nll_conditional"), 2),
+    ("-log p(x\\|y)", ("iwae", "nll_conditional"), 2),  # escaped: a Markdown table's cell
     ("-log p(x)", ("iwae", "nll_marginal"), 2),
     ("Bayes err.", ("iwae", "bayes_rule", "error"), 4),
     ("sample acc.", ("fidelity", "samples", "accuracy"), 4),
@@ -219,7 +220,7 @@ def markdown(results: dict, options) -> str:
              f"`cvae eval --iwae-k {options.iwae_k} --iwae-limit {options.iwae_limit} "
              f"--iwae-k-marginal {options.iwae_k_marginal} --samples-per-digit "
              f"{options.samples_per_digit}`{' (--quick: the numbers mean nothing)' if options.quick else ''}.",  # noqa: E501
-             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+             f"Machine: {cpu_name()} ({widest_isa()}), {os.cpu_count()} cores, "
              f"load average {results['load'][0]:.1f} at the start and {results['load'][1]:.1f} "
              f"at the end (wall times on a loaded machine are not the budget's).", "",
              head, "|" + "---|" * 4 + "---:|" * len(COLUMNS)]
@@ -228,6 +229,14 @@ def markdown(results: dict, options) -> str:
     lines += [f"- {name}: `{' '.join(lever['flags']) or '(none: make train)'}`"
               for name, lever in results["levers"].items()]
     return "\n".join(lines) + "\n"
+
+
+def widest_isa() -> str:
+    """The widest x86 vector extension /proc/cpuinfo lists: the XLA kernels' ISA."""
+    flags = next((line.split(":", 1)[1].split() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), [])
+    return next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"),
+                                         ("sse4_2", "SSE4.2")) if flag in flags), "other")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
