@@ -51,7 +51,7 @@ def measure(checkpoint_dir: str, batches=BATCHES, rounds: int = 7, repeats: int 
                "rounds": rounds, "batches": {}}
     for batch in batches:
         noise, labels = request_latents(0, DIGITS, -(-batch // 10),
-                                        latent_dim=sampler.latent_dim, temperature=1.0)
+                                        latent_dim=sampler.noise_dim, temperature=1.0)
         noise, labels = noise[:batch], labels[:batch]
         feeds = {"noise": noise, "label": labels}
         sampler.decode(noise, labels), onnx.run(None, feeds)  # warm up

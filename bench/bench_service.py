@@ -153,10 +153,10 @@ def decode_cost(checkpoint_dir: str, calls: int = 300) -> str:
     request = [LatentRequest(3, (7,), 16, 1.0)]
     costs = {}
     for pause in (0.0, 0.005):
-        sampler.decode(*batch_latents(request, sampler.latent_dim)[0])
+        sampler.decode(*batch_latents(request, sampler.noise_dim)[0])
         started = time.process_time()
         for _ in range(calls):
-            sampler.decode(*batch_latents(request, sampler.latent_dim)[0])
+            sampler.decode(*batch_latents(request, sampler.noise_dim)[0])
             time.sleep(pause)
         costs[pause] = (time.process_time() - started) / calls * 1000
     return (f"A lone 16-digit request's latents + decode (one 64-row block) in-process: "

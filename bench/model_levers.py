@@ -1,4 +1,4 @@
-"""Issue 26's lever table: train named configs for several seeds within a wall-clock budget,
+"""The model levers' table: train named configs for several seeds within a wall-clock budget,
 score each run with `cvae eval`, and write one Markdown table of medians over the seeds.
 
     python -m bench.model_levers [--levers default,iwae-k5,...] [--seeds 0,1,2]
@@ -25,7 +25,7 @@ default model on 2 cores, more for wider or ladder models.
 
 `--matched LEVER` adds the compute-matched baseline: today's default trained for as many epochs
 as fit in LEVER's median wall time (measured in this run, from the default's seconds per epoch).
-A lever that `cvae train` refuses (not trained yet, issue 26's phase 2) gets a row saying so.
+A lever that `cvae train` refuses (`cvae/model/levers.py` names why) gets a row saying so.
 `--quick` is a smoke run: the tiny test model on synthetic digits, one seed, seconds a run; its
 numbers mean nothing. Runs go one at a time: on 2 cores, two at once would time neither.
 """
