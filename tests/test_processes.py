@@ -175,6 +175,26 @@ def test_two_processes_equal_one_process_with_two_devices_and_write_once(
     assert not list(previous.glob(".write-test*"))
 
 
+LEVER_FLAGS = ["--stochastic-layers", 2, "--upper-latent-dim", 2, "--objective", "dreg",
+               "--importance-samples", 3, "--prior", "vamp", "--pseudo-inputs", 2, "--epochs", 2]
+
+
+@pytest.mark.determinism
+def test_the_model_levers_train_the_same_as_two_processes(data_dir, tmp_path):
+    """A two-layer ladder trained with DReG (K = 3) under a VampPrior: two processes end
+    bit-identical to one process with two devices."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    result = train(data_dir, one, *LEVER_FLAGS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    code, output = launch(data_dir, two, *LEVER_FLAGS)
+    assert code == 0, output[-3000:]
+    reference, final = load_checkpoint(one), load_checkpoint(two)
+    assert final.step == reference.step == 2 * STEPS_PER_EPOCH
+    assert tree_equal(final.state.params, reference.state.params)
+    assert tree_equal(final.state.opt_state, reference.state.opt_state)
+    assert tree_equal(final.state.prior, reference.state.prior)
+
+
 @pytest.mark.determinism
 def test_sigterm_to_the_launcher_saves_then_one_process_resumes(data_dir, reference, tmp_path,
                                                                  group):

@@ -134,14 +134,15 @@ def test_disk_full_during_save_says_so_and_keeps_the_previous_checkpoint(data_di
     assert not list(checkpoint_dir.glob("*orbax-checkpoint-tmp*"))  # the partial save is gone
 
 
-LEVER_FLAGS = ["--objective", "dreg", "--importance-samples", "3", "--prior", "learned_mixture",
-               "--prior-components", "3"]
+LEVER_FLAGS = ["--stochastic-layers", "2", "--upper-latent-dim", "2", "--objective", "dreg",
+               "--importance-samples", "3", "--prior", "learned_mixture", "--prior-components", "3"]
 
 
 @pytest.mark.determinism
 def test_a_model_lever_run_resumes_exactly_after_sigkill(data_dir, tmp_path):
-    """Issue 26's levers keep exact resume: DReG with K = 3 and a learned mixture prior (the
-    noise from the step's key, the prior in the params and written into the state)."""
+    """The model levers keep exact resume, all at once: a two-layer ladder trained with DReG
+    (K = 3) under a learned mixture prior (the noise from the step's key, the prior in the
+    params and written into the state)."""
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     result = subprocess.run(train_command(data_dir, reference_dir, *LEVER_FLAGS),
                             capture_output=True, text=True, timeout=300)

@@ -54,11 +54,20 @@ def create_prior_fit(model: CVAE, config: Config, supervision: Supervision):
     """`fit(state, images, labels, key) -> state` with its mixture prior refitted, under the
     labels the `supervision` gives; None when the run's prior is the standard one."""
     if config.prior in lever_losses.LEARNED_PRIORS:
+        collectors = {}  # sharding -> jitted collection, made once per mesh
+
         def write(state, images, labels, key):  # learnt, not fitted: written as it stands
-            prior = lever_losses.learned_prior_collection(
-                model, {"params": state.eval_variables()["params"]})
-            # Copies: a learned mixture's means are its parameters' own buffers, and the state
-            # is donated to the step, so each of its arrays must be its own.
+            # Jitted onto the parameters' replicated sharding: the collection's constants (a
+            # VampPrior's equal weights) would otherwise be host-local arrays, which a
+            # multi-process checkpoint cannot save.
+            sharding = jax.tree.leaves(state.params)[0].sharding
+            if sharding not in collectors:
+                collectors[sharding] = jax.jit(
+                    lambda params: lever_losses.learned_prior_collection(
+                        model, {"params": params}), out_shardings=sharding)
+            prior = collectors[sharding](state.eval_variables()["params"])
+            # Copies: a learned mixture's means are its parameters' own buffers (jit may
+            # forward them), and the state is donated to the step, so each must be its own.
             return state.replace(prior=jax.tree.map(jnp.copy, prior))
         return write
     if config.prior != "mixture":
