@@ -141,8 +141,8 @@ def verify(folder: Path, sampler) -> dict:
                   "encode": (images, labels[:size])} if size in sizes else {}
         if size in reading:
             inputs["classify"] = (images,)
-        for name, count in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
-            rows[name] = rows.get(name, 0) + count
+        for name, compared in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
+            rows[name] = rows.get(name, 0) + compared
     onnx = onnx_files.verify_onnx(folder, sampler, noise=noise, labels=labels, digits=digits)
     return {"stablehlo_rows": rows, "stablehlo_block_sizes": sizes, "onnx": onnx,
             "cpu": cpu_name()}
