@@ -167,6 +167,16 @@ class Config:
     consistency_weight: float = knob(
         0.0, "With --labels N and --classifier-shift: weight of the squared difference between "
              "q(y|x)'s readings of two shifts of each unlabelled image (0 = off).")
+    entropy_weight: float = knob(
+        0.0, "With --labels N: weight of the unlabelled images' mean entropy of q(y|x), "
+             "minimised (entropy minimisation; 0 = off).")
+    vat_weight: float = knob(
+        0.0, "With --labels N: weight of virtual adversarial training's term, the divergence "
+             "of q(y|x) at each image from q(y|x) at the nearby image that changes it most "
+             "(Miyato et al. 2018; 0 = off).")
+    vat_epsilon: float = knob(
+        0.3, "With --vat-weight: the L2 length of that nearby image's offset, pixels in [0, 1] "
+             "(0.3: the paper's for MNIST with 100 labels).")
 
     def validate(self) -> Config:
         """Raise ConfigError naming the first bad field; return self so calls chain."""
@@ -227,8 +237,11 @@ class Config:
             raise ConfigError(f"classifier_shift={self.classifier_shift}: must be in [0, 8]")
         if self.consistency_weight < 0:
             raise ConfigError(f"consistency_weight={self.consistency_weight}: must be >= 0")
-        if self.classifier_weight < 0:
-            raise ConfigError(f"classifier_weight={self.classifier_weight}: must be >= 0")
+        for name in ("classifier_weight", "entropy_weight", "vat_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 0")
+        if self.vat_epsilon <= 0:
+            raise ConfigError(f"vat_epsilon={self.vat_epsilon}: must be > 0")
         if self.labels != "all" and not 1 <= self.labelled_per_batch < self.batch_size:
             raise ConfigError(f"labelled_per_batch={self.labelled_per_batch}: must be in "
                               f"[1, batch_size - 1 = {self.batch_size - 1}]")

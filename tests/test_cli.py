@@ -146,6 +146,7 @@ EVERY_FIELD = dict(
     early_stopping_min_delta=0.1, keep_checkpoints=2, validation_size=500, prior="standard",
     prior_components=3, prior_codes="samples", eval_every=2, schedule_epochs=3, labels="100",
     classifier_weight=2.5, labelled_per_batch=8, classifier_shift=1, consistency_weight=4.0,
+    entropy_weight=0.5, vat_weight=1.5, vat_epsilon=2.0,
     objective="dreg", importance_samples=5, stochastic_layers=2, upper_latent_dim=4,
     pseudo_inputs=7)
 

@@ -182,7 +182,17 @@ class FewLabels:
         loss, terms = few_labels.semi_supervised_loss(
             outputs, kl_weight=kl_weight, labelled_share=self.labelled_share,
             classifier_weight=self.config.classifier_weight, y_labelled=labels,
-            consistency_weight=self.config.consistency_weight, free_bits=self.config.free_bits)
+            consistency_weight=self.config.consistency_weight, free_bits=self.config.free_bits,
+            entropy_weight=self.config.entropy_weight)
+        if self.config.vat_weight > 0:
+            # On the plain images, labelled and not, through the classifier as it reads at
+            # inference (no dropout, BatchNorm's running statistics): the function /classify
+            # serves is the one made smooth, and its two readings differ by the offset alone.
+            vat = few_labels.virtual_adversarial_loss(
+                lambda x: model.apply(variables, x, method="classify"), images,
+                jax.random.fold_in(keys.shift, 2), epsilon=self.config.vat_epsilon)
+            loss = loss + self.config.vat_weight * vat
+            terms = {**terms, "loss": loss, "virtual_adversarial": vat}
         return loss, (terms, updates)
 
     def create_validation_figures(self, model) -> Callable:
