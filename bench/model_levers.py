@@ -46,6 +46,9 @@ import numpy as np
 
 from cvae.export.run import cpu_name
 
+SEMI_M2 = ["--labels", "100", "--classifier-weight", "5", "--classifier-shift", "2",
+           "--consistency-weight", "20", "--epochs", "15"]
+VAT3_EPS2_ENTROPY = ["--vat-weight", "3", "--vat-epsilon", "2", "--entropy-weight", "1"]
 # The levers as `cvae train` flags. The issue's budgets: the default at most 5 minutes on 2
 # cores, the likelihood preset at most 30 (--budget-minutes per table).
 LEVERS: dict[str, list[str]] = {
@@ -74,6 +77,25 @@ LEVERS: dict[str, list[str]] = {
                                       "--prior-components", "10", "--epochs", "300"],
     "likelihood-vamp-10": ["--preset", "likelihood", "--prior", "vamp", "--pseudo-inputs",
                            "10", "--epochs", "200"],
+    # Few labels (30 minutes a run; the seed picks the labelled set): q(y|x)'s test error is
+    # their column. `--iwae-k 0 --iwae-k-marginal 0` keeps their scoring to the classifier and
+    # the samples. SEMI_M2 is M2 with shifts and consistency, `--preset semi` until VAT.
+    "semi-m2": SEMI_M2,
+    "semi-m2-17": SEMI_M2 + ["--epochs", "17"],  # M2's time matched to VAT's (+10% a step)
+    "semi-vat": SEMI_M2 + ["--vat-weight", "1"],
+    "semi-entropy": SEMI_M2 + ["--entropy-weight", "1"],
+    "semi-vat-entropy": SEMI_M2 + ["--vat-weight", "1", "--entropy-weight", "1"],
+    "semi-vat-eps1-entropy": SEMI_M2 + ["--vat-weight", "1", "--vat-epsilon", "1",
+                                        "--entropy-weight", "1"],
+    "semi-vat-eps2-entropy": SEMI_M2 + ["--vat-weight", "1", "--vat-epsilon", "2",
+                                        "--entropy-weight", "1"],
+    "semi-vat3-eps1-entropy": SEMI_M2 + ["--vat-weight", "3", "--vat-epsilon", "1",
+                                         "--entropy-weight", "1"],
+    "semi-vat3-eps2-entropy": SEMI_M2 + VAT3_EPS2_ENTROPY,
+    "semi-vat3-eps3-entropy": SEMI_M2 + ["--vat-weight", "3", "--vat-epsilon", "3",
+                                         "--entropy-weight", "1"],
+    "semi-1000-m2": SEMI_M2 + ["--labels", "1000"],
+    "semi-1000-vat3-eps2-entropy": SEMI_M2 + ["--labels", "1000"] + VAT3_EPS2_ENTROPY,
 }
 TINY = ["--preset", "test", "--validation-size", "64", "--epochs", "2", "--eval-batch-size",
         "64"]
@@ -93,6 +115,7 @@ COLUMNS = (  # (heading, path in the eval JSON, digits)
     ("recon. FD", ("fidelity", "reconstructions", "fd"), 2),
     ("recon. recall", ("fidelity", "reconstructions", "recall"), 3),
     ("FD / recon. FD", ("fidelity", "reconstructions", "fd_ratio"), 2),
+    ("q(y\\|x) err.", ("classification", "q_y_given_x", "error"), 4),  # --labels N only
 )
 STOP_GRACE_SECONDS = 300  # after SIGTERM: the save of the step reached
 
@@ -261,7 +284,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run (see the docstring)")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
                         help="train nothing: one table from earlier runs' --json files (the "
-                             "same --seeds and eval flags; a lever in a later file wins)")
+                             "same eval flags; a lever's seeds are joined, a later file's "
+                             "seed winning)")
     options = parser.parse_args(argv)
     options.seeds = [int(s) for s in options.seeds.split(",")]
     if options.full_protocol:
@@ -274,10 +298,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def merged(files: list[Path]) -> dict:
     """The levers of several --json files in one results dict (load: the first start, the
-    last end)."""
+    last end). A lever's runs are joined by seed, a seed in a later file winning, so the
+    seeds of one lever can come from several runs of this script."""
     parts = [json.loads(path.read_text()) for path in files]
-    return {"load": [parts[0]["load"][0], parts[-1]["load"][-1]],
-            "levers": {name: lever for part in parts for name, lever in part["levers"].items()}}
+    levers: dict[str, dict] = {}
+    for part in parts:
+        for name, lever in part["levers"].items():
+            runs = {run["seed"]: run for run in levers.get(name, {}).get("runs", [])}
+            runs.update({run["seed"]: run for run in lever["runs"]})
+            levers[name] = {**lever, "runs": [runs[seed] for seed in sorted(runs)]}
+    return {"load": [parts[0]["load"][0], parts[-1]["load"][-1]], "levers": levers}
 
 
 def write(text: str, options) -> None:

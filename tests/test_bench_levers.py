@@ -45,3 +45,12 @@ def test_a_refused_lever_says_why_in_its_row():
     row = model_levers.median_row("ladder", lever)
     assert row.startswith("| ladder | 0 | | | not trained / yet |")
     assert row.count("|") == 5 + len(model_levers.COLUMNS)
+
+
+def test_a_few_label_levers_row_gives_its_classifiers_median_error():
+    runs = [_run(seed, 95.0, 7.0) for seed in range(3)]
+    for run, error in zip(runs, (0.05, 0.03, 0.04)):
+        run["eval"]["classification"] = {"q_y_given_x": {"error": error}}
+    cells = model_levers.median_row("semi-vat", {"flags": [], "runs": runs}).split(" | ")
+    assert cells[-1] == "0.0400 |"  # the last column, median of the three labelled sets
+    assert model_levers.COLUMNS[-1][0] == "q(y\\|x) err."

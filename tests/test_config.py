@@ -58,6 +58,7 @@ def test_semi_preset_is_100_labels_with_its_levers_and_round_trips():
     config = get_preset("semi")
     assert (config.labels, config.labelled_count, config.classifier_shift) == ("100", 100, 2)
     assert config.classifier_weight == 5.0 and config.consistency_weight == 20.0
+    assert (config.vat_weight, config.vat_epsilon, config.entropy_weight) == (3.0, 2.0, 1.0)
     assert config.validate() is config
     assert type(config).from_json(config.to_json()) == config
 
@@ -67,7 +68,8 @@ def test_a_config_without_the_semi_supervised_fields_trains_on_every_label():
 
     stored = {k: v for k, v in Config().to_dict().items()
               if k not in ("labels", "classifier_weight", "labelled_per_batch",
-                           "classifier_shift", "consistency_weight")}
+                           "classifier_shift", "consistency_weight", "entropy_weight",
+                           "vat_weight", "vat_epsilon")}
     assert Config.from_dict(stored).labelled_count is None
 
 
