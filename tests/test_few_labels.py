@@ -326,7 +326,9 @@ def test_virtual_adversarial_offset_changes_the_reading_more_than_random_ones():
 
 
 def test_virtual_adversarial_loss_is_zero_for_a_reading_that_ignores_the_image():
-    constant = lambda images: jnp.zeros((images.shape[0], NUM_CLASSES)) + jnp.arange(10.0)
+    def constant(images):
+        return jnp.zeros((images.shape[0], NUM_CLASSES)) + jnp.arange(10.0)
+
     images = jnp.ones((3, 784), jnp.float32)
     assert float(few_labels.virtual_adversarial_loss(constant, images, jax.random.key(0),
                                                      epsilon=0.3)) == 0.0
