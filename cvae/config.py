@@ -167,13 +167,11 @@ class Config:
     consistency_weight: float = knob(
         0.0, "With --labels N and --classifier-shift: weight of the squared difference between "
              "q(y|x)'s readings of two shifts of each unlabelled image (0 = off).")
-    entropy_weight: float = knob(
-        0.0, "With --labels N: weight of the unlabelled images' mean entropy of q(y|x), "
-             "minimised (entropy minimisation; 0 = off).")
+    entropy_weight: float = knob(0.0, "With --labels N: weight of the unlabelled images' mean "
+                                      "entropy of q(y|x), minimised (0 = off).")
     vat_weight: float = knob(
-        0.0, "With --labels N: weight of virtual adversarial training's term, the divergence "
-             "of q(y|x) at each image from q(y|x) at the nearby image that changes it most "
-             "(Miyato et al. 2018; 0 = off).")
+        0.0, "With --labels N: weight of virtual adversarial training's term (Miyato et al. "
+             "2018): q(y|x)'s divergence at the nearby image that changes it most (0 = off).")
     vat_epsilon: float = knob(
         0.3, "With --vat-weight: the L2 length of that nearby image's offset, pixels in [0, 1] "
              "(0.3: the paper's for MNIST with 100 labels).")
@@ -294,16 +292,14 @@ def field_doc(name: str) -> str:
     return next(f.metadata["doc"] for f in dataclasses.fields(Config) if f.name == name)
 
 
-# What a field missing from a stored config means: the behaviour of the code that wrote it,
-# where that differs from today's default. 0 = no validation split: checkpoints from before it
-# trained on the whole training file (they still load; resuming them needs --fresh).
-# And every checkpoint before the mixture prior sampled from N(0, I).
+# What a field missing from a stored config means, where the code that wrote it differs from
+# today's default: no validation split (they trained on the whole training file; resuming
+# them needs --fresh), and N(0, I), which every checkpoint before the mixture prior sampled.
 ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard"}
 
-# Fields a resumed run may change; every other field must match the checkpoint, because it
-# decides the parameter shapes, the optimizer state, the data order or the objective. (The
-# schedule's span, `schedule_epochs`, is checked on its own: see
-# `cvae.training.start.keep_schedule_span`.)
+# Fields a resumed run may change; every other one decides the parameter shapes, the optimizer
+# state, the data order or the objective, so it must match the checkpoint. (`schedule_epochs`
+# is checked on its own: `cvae.training.start.keep_schedule_span`.)
 RESUMABLE_CHANGES = ("epochs", "schedule_epochs", "max_steps", "steps_per_call",
                      "eval_batch_size", "eval_every", "early_stopping_patience",
                      "early_stopping_min_delta", "keep_checkpoints", "data_source")
@@ -345,21 +341,15 @@ def _jsonable(value: Any) -> Any:
 def default() -> Config:
     """`make train` (= `cvae train`): MLP 784-512-256 -> 16 latent, the label at every decoder
     layer, Bernoulli likelihood, beta 1, a per-class mixture prior fitted to the codes, 100
-    epochs (twice the 50 of before: docs/training.md, "Why 100 epochs").
-
-    Expected on 2 CPU cores: about 4 minutes; samples sharp, varied and class-faithful (see
-    docs/training.md, "Why beta 1 and a mixture prior", and docs/evaluation.md for the measured
-    figures).
-    """
+    epochs: about 3.5 minutes on 2 CPU cores (docs/training.md says why each; the measured
+    figures are in docs/evaluation.md)."""
     return Config()
 
 
 def seed() -> Config:
-    """`cvae train --preset seed`: the baseline setup, kept for comparison.
-
-    MLP 784-256-128-64, latent 32, summed MSE (`optax.l2_loss`) Gaussian likelihood,
-    kl_weight 0.5, adamw lr 1e-4 (constant), batch 16, ReLU. Samples are recognisable but blurry.
-    """
+    """`cvae train --preset seed`: the baseline setup, kept for comparison. MLP 784-256-128-64,
+    latent 32, summed MSE (`optax.l2_loss`) Gaussian likelihood, kl_weight 0.5, adamw lr 1e-4
+    (constant), batch 16, ReLU. Samples are recognisable but blurry."""
     return Config(
         hidden_sizes=(256, 128, 64), latent_dim=32, activation="relu", likelihood="gaussian",
         binarization="none", kl_weight=0.5, optimizer="adamw", learning_rate=1e-4,
@@ -370,12 +360,9 @@ def seed() -> Config:
 
 def likelihood() -> Config:
     """`cvae train --preset likelihood`: the best -log p(x|y) a 30-minute CPU budget reaches.
-
     MLP 784-512-512 -> 32 latent with the label at every decoder layer, beta 1 (the plain ELBO),
-    the per-class mixture prior, 60 epochs of the 50,000 training digits, evaluated and saved
-    every 10 epochs. See docs/evaluation.md, "The likelihood preset", for the measured figures,
-    the budget and the protocol.
-    """
+    the per-class mixture prior, 60 epochs, evaluated and saved every 10 (docs/evaluation.md,
+    "The likelihood preset", has the figures, the budget and the protocol)."""
     return Config(hidden_sizes=(512, 512), latent_dim=32, label_conditioning="every",
                   kl_weight=1.0, prior="mixture", prior_codes="samples", epochs=60,
                   eval_every=10)
@@ -386,11 +373,8 @@ def semi() -> Config:
     model trained semi-supervised (Kingma et al. 2014, M2) with 100 labelled digits, 10 a class,
     and the rest of the 50,000 without their labels; q(y|x) reads shifted digits, is held
     consistent across two shifts of each unlabelled one, is trained virtual-adversarially
-    (weight 3, offsets of length 2) and pulled to decisions (entropy minimisation). 15 epochs.
-
-    Measured on 2 CPU cores: docs/semi-supervised.md gives the test error, the time and what
-    each lever bought.
-    """
+    (weight 3, offsets of length 2) and pulled to decisions (entropy minimisation). 15 epochs;
+    docs/semi-supervised.md gives the test error, the time and what each lever bought."""
     return Config(labels="100", classifier_weight=5.0, classifier_shift=2,
                   consistency_weight=20.0, vat_weight=3.0, vat_epsilon=2.0, entropy_weight=1.0,
                   epochs=15)
