@@ -192,7 +192,8 @@ class Config:
         non_negative = ("train_limit", "max_steps", "kl_warmup_steps", "warmup_steps",
                         "early_stopping_patience", "kl_weight", "free_bits", "weight_decay",
                         "grad_clip_norm", "early_stopping_min_delta", "seed", "validation_size",
-                        "schedule_epochs")
+                        "schedule_epochs", "classifier_weight", "consistency_weight",
+                        "entropy_weight", "vat_weight")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}: must be >= 0")
@@ -233,11 +234,6 @@ class Config:
                               f"{NUM_CLASSES} (the same number of each class)")
         if not 0 <= self.classifier_shift <= 8:
             raise ConfigError(f"classifier_shift={self.classifier_shift}: must be in [0, 8]")
-        if self.consistency_weight < 0:
-            raise ConfigError(f"consistency_weight={self.consistency_weight}: must be >= 0")
-        for name in ("classifier_weight", "entropy_weight", "vat_weight"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 0")
         if self.vat_epsilon <= 0:
             raise ConfigError(f"vat_epsilon={self.vat_epsilon}: must be > 0")
         if self.labels != "all" and not 1 <= self.labelled_per_batch < self.batch_size:

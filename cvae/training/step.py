@@ -32,6 +32,7 @@ class StepKeys(NamedTuple):
     z: jax.Array  # the reparameterisation noise
     dropout: jax.Array
     shift: jax.Array  # q(y|x)'s random shifts (`--classifier-shift`)
+    vat: jax.Array  # virtual adversarial training's random directions (`--vat-weight`)
 
 
 Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
@@ -126,7 +127,9 @@ def create_train_step(model: CVAE, optimizer: optax.GradientTransformation, conf
         z_key, dropout_key, binarize_key = jax.random.split(step_key, 3)
         images = maybe_binarize(binarize_key, batch["image"], config)
         kl_weight = kl_weight_at(state.step)
-        keys = StepKeys(z=z_key, dropout=dropout_key, shift=jax.random.fold_in(step_key, 1))
+        shift_key = jax.random.fold_in(step_key, 1)
+        keys = StepKeys(z=z_key, dropout=dropout_key, shift=shift_key,
+                        vat=jax.random.fold_in(shift_key, 2))
 
         def loss_fn(params):
             variables = {"params": params}

@@ -190,7 +190,7 @@ class FewLabels:
             # serves is the one made smooth, and its two readings differ by the offset alone.
             vat = few_labels.virtual_adversarial_loss(
                 lambda x: model.apply(variables, x, method="classify"), images,
-                jax.random.fold_in(keys.shift, 2), epsilon=self.config.vat_epsilon)
+                keys.vat, epsilon=self.config.vat_epsilon)
             loss = loss + self.config.vat_weight * vat
             terms = {**terms, "loss": loss, "virtual_adversarial": vat}
         return loss, (terms, updates)
