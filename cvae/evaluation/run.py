@@ -24,14 +24,13 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
   classifier q(y|x), and of the generative classifier argmax_y p(x|y) (IWAE, --iwae-k-marginal
   samples for every label; 0 = skip).
 
-Cost on 2 CPU cores (default model, 10000 test examples): the bounds decode K + 9 * K_marginal
-latents per example; K=1000, K_marginal=10 took 503 s (9 min for the whole command, classifier
-cached). The other labels carry little of p(x) (-log p(x) came out 2.18 nats above
+Cost on 2 CPU cores (10000 test examples): the bounds decode K + 9 * K_marginal latents per
+example; K=5000, K_marginal=10 took 389 s for the likelihood preset's 512-512 model on a quiet
+machine. The other labels carry little of p(x) (-log p(x) came out 2.18 nats above
 -log p(x|y), against log 10 = 2.30 if they carried nothing), so a small K_marginal suffices;
-raise it with --iwae-k-marginal when time allows. The issue's protocol, K=5000 on the 10,000 test
-digits, decodes 5 times the draws of K=1000: about 40 minutes for the default model, more for
-wider or ladder models. For ranking, --iwae-limit N scores the bounds on the first N test digits
-only (bench/model_levers.py: K=500 on 2,000 digits, about 50 times cheaper).
+raise it with --iwae-k-marginal when time allows. For ranking, --iwae-limit N scores the
+bounds on the first N test digits only (bench/model_levers.py: K=500 on 2,000 digits, about 50
+times cheaper).
 """
 
 from __future__ import annotations
