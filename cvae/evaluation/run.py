@@ -27,7 +27,8 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
 Cost on 2 CPU cores (10000 test examples): the bounds decode K + 9 * K_marginal latents per
 example; K=5000, K_marginal=10 took 389 s for the likelihood preset's 512-512 model on a quiet
 machine. The other labels carry little of p(x) (-log p(x) came out 2.18 nats above
--log p(x|y), against log 10 = 2.30 if they carried nothing), so a small K_marginal suffices;
+-log p(x|y) for the default model and 2.22 for that one, against log 10 = 2.30 if they carried
+nothing), so a small K_marginal suffices;
 raise it with --iwae-k-marginal when time allows. For ranking, --iwae-limit N scores the
 bounds on the first N test digits only (bench/model_levers.py: K=500 on 2,000 digits, about 50
 times cheaper).
