@@ -15,8 +15,10 @@ presets (cvae train --preset NAME; any flag of `cvae train --help` then changes 
               100 epochs (about 4 minutes on 2 CPU cores)
   seed        the baseline setup, kept for comparison: MLP 784-256-128-64, latent 32,
               Gaussian (MSE) likelihood, N(0, I) prior, 10 epochs (`make quality` scores both)
-  likelihood  the best -log p(x|y) in a 30-minute CPU budget: MLP 784-512-512, latent 32,
-              850 epochs (about 27 minutes on 2 CPU cores)
+  likelihood  the best -log p(x|y) in a 30-minute CPU budget, stage 1 of `make likelihood`:
+              MLP 784-512-512, latent 32, 640 epochs (about 25 minutes on 2 CPU cores)
+  likelihood-dreg  its stage 2, with --init-from a likelihood run: 20 epochs of the DReG
+              bound (K=5) at learning rate 1e-4 (about 3 minutes)
   semi        few labels: the default model trained with only 100 labelled digits (`make semi`)
   test        a tiny config for tests and smoke runs (seconds)
 

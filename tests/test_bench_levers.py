@@ -54,3 +54,13 @@ def test_a_few_label_levers_row_gives_its_classifiers_median_error():
     cells = model_levers.median_row("semi-vat", {"flags": [], "runs": runs}).split(" | ")
     assert cells[-1] == "0.0400 |"  # the last column, median of the three labelled sets
     assert model_levers.COLUMNS[-1][0] == "q(y\\|x) err."
+
+
+def test_a_staged_lever_splits_into_its_stages_in_order():
+    flags = ["--preset", "likelihood", model_levers.THEN, "--preset", "likelihood-dreg"]
+    assert model_levers.split_stages(flags) == [["--preset", "likelihood"],
+                                                ["--preset", "likelihood-dreg"]]
+    assert model_levers.split_stages(["--epochs", "2"]) == [["--epochs", "2"]]
+    staged = model_levers.LEVERS["likelihood-59k-640-dreg-20"]
+    assert [stage[:2] for stage in model_levers.split_stages(staged)] == [
+        ["--preset", "likelihood"], ["--preset", "likelihood-dreg"]]

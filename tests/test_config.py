@@ -45,7 +45,8 @@ def test_seed_preset_is_the_seed_document_setup():
 
 
 def test_unknown_preset_lists_the_allowed_ones():
-    with pytest.raises(ConfigError, match="allowed default, seed, likelihood, semi, test"):
+    with pytest.raises(ConfigError,
+                       match="allowed default, seed, likelihood, likelihood-dreg, semi, test"):
         get_preset("huge")
 
 
@@ -133,3 +134,12 @@ def test_the_ladder_trains_with_the_other_levers_but_not_convolutions_or_a_froze
         check_trainable(config.replace(architecture="conv"))
     with pytest.raises(ConfigError, match="stochastic_layers=3: not trained with --freeze"):
         check_trainable(config.replace(freeze="decoder"))
+
+
+def test_the_likelihood_presets_second_stage_is_the_same_model_under_dreg():
+    """`make likelihood` starts --preset likelihood-dreg from a likelihood run's weights
+    (--init-from): every field that shapes the parameters or the data must be the same."""
+    first, second = likelihood(), get_preset("likelihood-dreg")
+    assert first.diff(second) == {"objective": ("elbo", "dreg"), "importance_samples": (1, 5),
+                                  "learning_rate": (1e-3, 1e-4), "epochs": (640, 20)}
+    check_trainable(second)  # DReG with this model trains: no lever refuses it
