@@ -22,7 +22,7 @@ def image_size_mode(path):
 # 512 of the 600 synthetic training examples (64 held out for validation): 32 steps per epoch.
 SMALL_RUN = ("--train-limit", 512, "--validation-size", 64, "--batch-size", 16, "--hidden-sizes",
              "64,32", "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 10,
-             "--eval-batch-size", 100, "--no-progress")
+             "--eval-batch-size", 100, "--eval-every", 1, "--no-progress")
 
 
 def cvae(*args, cwd=None, timeout=300):

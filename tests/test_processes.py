@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--epochs", 4,
          "--hidden-sizes", "32", "--latent-dim", 4, "--warmup-steps", 0, "--steps-per-call", 4,
-         "--eval-batch-size", 64, "--no-progress"]
+         "--eval-batch-size", 64, "--eval-every", 1, "--no-progress"]
 STEPS_PER_EPOCH, TOTAL_STEPS = 16, 64
 HEARTBEAT_TIMEOUT = 5  # seconds: how long a frozen process may stay silent before all stop
 # The stated bound is the heartbeat timeout plus about a second (docs/distributed.md, "Faults"); the

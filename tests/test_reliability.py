@@ -15,7 +15,8 @@ from cvae.training.checkpoints import load_checkpoint
 # 16 steps/epoch, 96 steps in all.
 TRAIN_FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--epochs", 6,
                "--hidden-sizes", "32", "--latent-dim", 4, "--warmup-steps", 0,
-               "--steps-per-call", 4, "--eval-batch-size", 64, "--no-progress"]
+               "--steps-per-call", 4, "--eval-batch-size", 64, "--eval-every", 1,
+               "--no-progress"]
 
 
 def train_command(data_dir, checkpoint_dir, *extra):
