@@ -81,9 +81,10 @@ def test_eval_figures_of_another_step_are_not_claimed(exported, export_runs, tmp
 def test_the_training_command_rebuilds_the_config():
     config = config_lib.semi()
     command = train_command(config)
-    assert command == "cvae train --epochs 15 --labels 100 --classifier-weight 5.0 " \
-                      "--classifier-shift 2 --consistency-weight 20.0 --entropy-weight 1.0 " \
-                      "--vat-weight 3.0 --vat-epsilon 2.0"
+    assert command == "cvae train --validation-size 10000 --epochs 15 --eval-every 1 " \
+                      "--labels 100 --classifier-weight 5.0 --classifier-shift 2 " \
+                      "--consistency-weight 20.0 --entropy-weight 1.0 --vat-weight 3.0 " \
+                      "--vat-epsilon 2.0"
     from cvae.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(command.split()[1:])
