@@ -128,7 +128,7 @@ class CVAE(nn.Module):
     """Conditional VAE; `labels` are int32[B] digits 0-9.
 
     The prior p(z | y) is N(0, I), or with `prior="mixture"` a per-class Gaussian mixture kept
-    in the variable collection "prior" and fitted to the codes after each epoch
+    in the variable collection "prior" and fitted to the codes at each evaluation
     (`cvae.model.prior`). Training's KL always uses N(0, I); `generate` and `log_prior` use the
     prior the run has.
     """

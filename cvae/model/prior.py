@@ -120,7 +120,7 @@ def class_index_table(labels: np.ndarray, num_classes: int, width_multiple: int 
 
 
 # EM steps per fit: about 20 ms each for 50,000 16-d codes and 10 x 10 components on 2 CPU
-# cores, so a fit after every epoch adds about 0.6 s to it.
+# cores, so a fit adds about 0.6 s to each evaluation.
 EM_ITERATIONS = 30
 
 

@@ -197,7 +197,7 @@ class EarlyStopping(Callback):
 
 
 class Checkpointer(Callback):
-    """Saves at each epoch end (ranked by validation loss) and, after a stop, at the step
+    """Saves at each evaluated epoch (ranked by validation loss) and, after a stop, at the step
     reached."""
 
     def __init__(self, keep: int = 3):
@@ -236,7 +236,7 @@ class Checkpointer(Callback):
 
 
 class SampleGrid(Callback):
-    """Writes a 10x10 grid (row d = ten samples of digit d, fixed seed) after each epoch."""
+    """Writes a 10x10 grid (row d = ten samples of digit d, fixed seed) at each evaluation."""
 
     def __init__(self, seed: int = 0, n: int = 10):
         self.seed, self.n = seed, n

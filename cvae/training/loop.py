@@ -127,7 +127,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                        callbacks: list[Callback] = (), fresh: bool = False,
                        init_from: str | Path | None = None,
                        devices: list[jax.Device] | None = None) -> Run:
-    """Train `config` on `data`, evaluating and checkpointing each epoch. Returns the `Run`.
+    """Train `config` on `data`, evaluating and saving every `eval_every` epochs; the `Run`.
 
     Only `data`'s training file is read: it is split into training and validation examples
     (`cvae.data.splits`), and every per-epoch figure, the best checkpoint, early stopping and the
