@@ -240,8 +240,9 @@ def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epoch
 
     steps_per_epoch, _ = planned_steps(config, training_size(len(data.train_images), config),
                                        config.batch_size)
-    # The schedule still spans config.epochs: the run is the default run, cut at max_epochs.
-    config = config.replace(max_steps=max_epochs * steps_per_epoch)
+    # The schedule still spans config.epochs: the run is the default run, cut at max_epochs,
+    # evaluated every epoch so that the clock reads each one.
+    config = config.replace(max_steps=max_epochs * steps_per_epoch, eval_every=1)
     clock = _QualityClock(classifier, target, samples_per_digit)
     train_and_evaluate(config, data, checkpoint_dir, callbacks=[clock, Checkpointer(1)], fresh=True)
     return {"target": target, "seconds": clock.reached, "max_epochs": max_epochs,
