@@ -180,11 +180,14 @@ def train(flags: list[str], seed: int, run_dir: Path, data_dir: Path, budget: fl
     log.close()
     lines = stderr.strip().splitlines()
     metrics = run_dir / "checkpoints" / "metrics.jsonl"
-    epochs = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-              if metrics.is_file() else [])
+    records = ([json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+               if metrics.is_file() else [])
+    # A record covers every epoch since the previous one (`--eval-every`): each epoch's share.
+    spans = np.diff([0] + [record["epoch"] for record in records]).tolist()
     return {"seconds": time.monotonic() - start, "stopped_by_budget": stopped,
-            "returncode": process.returncode, "epochs": len(epochs),
-            "epoch_seconds": [record["seconds"] for record in epochs],
+            "returncode": process.returncode, "epochs": records[-1]["epoch"] if records else 0,
+            "epoch_seconds": [record["seconds"] / span for record, span in zip(records, spans)
+                              for _ in range(span)],
             "error": lines[-1] if process.returncode and not stopped and lines else None}
 
 

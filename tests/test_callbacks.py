@@ -48,6 +48,28 @@ def test_metrics_logger_uses_the_injected_clock_and_weights_steps(tmp_path):
     assert record["examples_per_second"] == 3 * 16 / 2.5
 
 
+def test_a_metrics_record_spans_every_epoch_since_the_last_evaluation(tmp_path):
+    ticks = iter([10.0, 14.0, 15.0, 16.0])  # the second epoch starts without a record between
+    logger = MetricsLogger(clock=lambda: next(ticks))
+    run = Run(config_lib.test().replace(eval_every=2), tmp_path, steps_per_epoch=1,
+              total_steps=3)
+    for epoch, loss in ((0, 1.0), (1, 5.0)):
+        run.epoch = epoch
+        logger.on_epoch_start(run)
+        logger.on_step_end(run, {"loss": np.array([loss])})
+    run.step = 2
+    logger.on_epoch_end(run, {"loss": 7.0})
+    run.epoch = 2
+    logger.on_epoch_start(run)  # after a record: a new span starts here
+    logger.on_step_end(run, {"loss": np.array([2.0])})
+    run.step = 3
+    logger.on_epoch_end(run, {"loss": 6.0})
+    first, second = map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+    assert (first["epoch"], first["train_loss"], first["seconds"]) == (2, 3.0, 4.0)
+    assert first["examples_per_second"] == 2 * 16 / 4.0
+    assert (second["epoch"], second["train_loss"], second["seconds"]) == (3, 2.0, 1.0)
+
+
 def test_tensorboard_and_loss_curve_files_are_written(tmp_path):
     config = config_lib.test().replace(epochs=2)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path,

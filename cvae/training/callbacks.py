@@ -146,8 +146,8 @@ class ProgressBar(Callback):
 
 
 class MetricsLogger(Callback):
-    """Appends one JSON line per epoch to `metrics.jsonl`: train means, validation metrics,
-    timing.
+    """Appends one JSON line per evaluation to `metrics.jsonl`: train means, validation metrics,
+    timing, each over every epoch since the previous evaluation (`eval_every` of them).
 
     Train means are weighted by step count; with equal batches that is the exact example mean.
     """
@@ -157,9 +157,12 @@ class MetricsLogger(Callback):
         self.sums: dict[str, float] = {}
         self.count = 0
         self.started = 0.0
+        self.evaluated = True  # the epochs since the last record are what the next one covers
 
     def on_epoch_start(self, run):
-        self.sums, self.count, self.started = {}, 0, self.clock()
+        if self.evaluated:
+            self.sums, self.count, self.started = {}, 0, self.clock()
+            self.evaluated = False
 
     def on_step_end(self, run, metrics):
         for name, values in metrics.items():
@@ -175,6 +178,7 @@ class MetricsLogger(Callback):
             record["examples_per_second"] = round(
                 self.count * run.config.batch_size / record["seconds"], 1)
         append_jsonl(Path(run.checkpoint_dir) / "metrics.jsonl", record)
+        self.evaluated = True
 
 
 class EarlyStopping(Callback):

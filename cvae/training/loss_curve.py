@@ -1,4 +1,4 @@
-"""The loss curve: per-epoch loss and KL from `metrics.jsonl`, as a real matplotlib plot.
+"""The loss curve: loss and KL at each evaluation, from `metrics.jsonl`, as a real matplotlib plot.
 
 Drawn on a bare `matplotlib.figure.Figure` with the Agg canvas: no display, no pyplot global
 state, safe in any thread. Series are read by name from the epoch records the MetricsLogger
@@ -18,9 +18,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 # (record key prefix, legend label); only the splits present in the records are drawn.
-SPLITS = (("train", "train (mean over the epoch's steps)"),
-          ("validation", "validation (end of epoch)"),
-          ("test", "test set (end of epoch)"))
+SPLITS = (("train", "train (mean since the previous evaluation)"),
+          ("validation", "validation (at the evaluation)"),
+          ("test", "test set (at the evaluation)"))
 TERMS = (("loss", "loss (nats per image)", "objective: reconstruction + KL weight x KL"),
          ("kl", "KL (nats per image)", "KL(q(z|x,y) || p(z)), unweighted"))
 
