@@ -47,14 +47,14 @@ def worker(args) -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from cvae import config as config_lib
+    from cvae import presets
     from cvae.model.networks import create_model
     from cvae.training.optimizer import create_optimizer
     from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
     from cvae.training.step import create_train_chunk, create_train_step, epoch_permutation
     from cvae.training.supervision import FullLabels
 
-    config = config_lib.default()
+    config = presets.default()
     if args.quick:
         config = config.replace(hidden_sizes=(64,), latent_dim=4)
     batch = config.batch_size

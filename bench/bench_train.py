@@ -32,7 +32,7 @@ import optax
 
 from bench import rounds as rounds_lib
 from bench.machine import gemm_call
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import Callback
 from cvae.data.load import Dataset
 from cvae.model.losses import vae_loss
@@ -288,13 +288,13 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     from cvae.evaluation.fidelity import load_or_train_classifier
 
     if quick:
-        config = config_lib.test().replace(steps_per_call=10)
+        config = presets.test().replace(steps_per_call=10)
         data = synthetic_dataset(2048, 256)
         steps, rounds, seed_steps, matmul_size = 20, 2, 20, 512
         classifier = load_or_train_classifier(data, None, epochs=1, log=log)
         max_epochs = 1
     else:
-        config = config_lib.default()
+        config = presets.default()
         data = load_dataset(data_dir, config.dataset, config.data_source)
         steps, rounds, seed_steps, matmul_size = 400, 5, 400, 2048
         classifier = load_or_train_classifier(data, f"{data_dir}/classifier", log=log)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from bench.rounds import interleaved, median_ratio
-from cvae import config as config_lib
+from cvae import presets
 from cvae.data.synthetic import synthetic_images
 from cvae.model import hierarchical as hv
 from cvae.model import learned_prior as lp
@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--quick", action="store_true", help="tiny model, 2 rounds of 5 steps")
     options = parser.parse_args(argv)
-    config = config_lib.default().replace(prior="standard")
+    config = presets.default().replace(prior="standard")
     if options.quick:
-        config = config_lib.test()
+        config = presets.test()
         options.steps, options.rounds, options.batch_size = 5, 2, 16
     labels = jnp.arange(options.batch_size, dtype=jnp.int32) % 10
     x = (jnp.asarray(synthetic_images(labels.tolist()).reshape(-1, 784)) > 127).astype(

@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
+from cvae import presets
 from cvae import cli_help, limits
 from cvae.cli_types import bounded
 from cvae.errors import USER_ERRORS
@@ -33,7 +34,7 @@ OWN_LOGGERS = ("cvae", "service")
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per config field, its help the field's doc; choices come from its Literal type."""
     group = parser.add_argument_group("config (defaults from --preset; shown: the default preset)")
-    default = config_lib.default()
+    default = presets.default()
     for field in dataclasses.fields(config_lib.Config):
         flag = "--" + field.name.replace("_", "-")
         hint = config_lib.HINTS[field.name]
@@ -98,7 +99,7 @@ def add_data_command(commands) -> None:
 
 def add_train_command(commands) -> None:
     train = add_command(commands, "train")
-    train.add_argument("--preset", choices=tuple(config_lib.PRESETS), default="default",
+    train.add_argument("--preset", choices=tuple(presets.PRESETS), default="default",
                        help="the config the flags below change (default: default)")
     train.add_argument("--checkpoint-dir", default="checkpoints",
                        help="where checkpoints, metrics and grids go; resumes from the latest "
@@ -218,7 +219,7 @@ def add_serve_command(commands) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    config = config_lib.get_preset(args.preset)
+    config = presets.get_preset(args.preset)
     changes = {}
     for field in dataclasses.fields(config_lib.Config):
         value = getattr(args, field.name, None)

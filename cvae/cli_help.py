@@ -8,7 +8,7 @@ DESCRIPTION = """\
 A class-conditioned VAE for MNIST digits in JAX: prepare the data, train, sample, evaluate and
 serve it."""
 
-# The presets are cvae/config.py's PRESETS; tests/test_cli.py checks each is named here.
+# The presets are cvae/presets.py's PRESETS; tests/test_cli.py checks each is named here.
 EPILOG = """\
 presets (cvae train --preset NAME; any flag of `cvae train --help` then changes one setting):
   default     what `make train` trains: MLP 784-512-256, latent 16, per-class mixture prior,

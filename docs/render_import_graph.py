@@ -3,7 +3,7 @@
     .venv/bin/python docs/render_import_graph.py [--out docs/images/import-graph.png]
 
 One box per level, stacked from the CLI at the top to the modules every stage may use at the
-bottom (config, errors, limits), with the five stages of `cvae/` between: data, model,
+bottom (config, presets, errors, limits), with the five stages of `cvae/` between: data, model,
 sampling, training, evaluation. Each box lists its modules; each arrow on the right is a package
 that imports another, and every arrow points down. The graph is read from the source by
 tests/import_graph.py, the same reading tests/test_layout.py checks.
@@ -22,10 +22,12 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import import_graph  # noqa: E402  (tests/, put on the path above)
 
-BASE = ("config", "errors", "limits")  # drawn as one box: below everything
-ROWS = ("cli", "service", *reversed(import_graph.STAGES), "base")
+BASE = ("config", "presets", "errors", "limits")  # drawn as one box: below everything
+CLI = ("cli", "cli_help", "cli_types")  # the CLI with its help texts and argument types
+ROWS = ("cli", "service", "export", *reversed(import_graph.STAGES), "base")
 TITLES = {"cli": "cvae.cli  (above everything)", "service": "service  (the FastAPI app)",
-          "base": "cvae.config, cvae.errors, cvae.limits  (below every stage)",
+          "export": "cvae.export  (portable models: above every stage)",
+          "base": "cvae.config, cvae.presets, cvae.errors, cvae.limits  (below every stage)",
           **{stage: f"cvae.{stage}  (stage {i + 1} of 5)"
              for i, stage in enumerate(import_graph.STAGES)}}
 COLOURS = {"data": "#dbe9f6", "model": "#e3f1dc", "sampling": "#fdf0d5", "training": "#f8dede",
@@ -34,7 +36,7 @@ BOX_WIDTH, ARC_ROOM, GAP, LINE = 7.2, 2.6, 0.35, 0.22  # inches
 
 
 def row_of(package: str) -> str:
-    return "base" if package in BASE else package
+    return "base" if package in BASE else "cli" if package in CLI else package
 
 
 def modules_by_row() -> dict[str, list[str]]:

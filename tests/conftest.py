@@ -22,7 +22,7 @@ os.environ.update(JAX_COMPILATION_CACHE_DIR=_COMPILATION_CACHE,
 
 import pytest  # noqa: E402  (after the cache settings, which JAX reads when it loads)
 
-from cvae import config as config_lib  # noqa: E402
+from cvae import presets  # noqa: E402
 from cvae.training.callbacks import Checkpointer  # noqa: E402
 from cvae.config import Config  # noqa: E402
 from cvae.data.load import Dataset  # noqa: E402
@@ -60,7 +60,7 @@ def trained_run(tmp_path_factory) -> TrainedRun:
 
     About 5 s on 2 CPU cores (mostly compilation).
     """
-    return train_run(tmp_path_factory.mktemp("trained-run"), config_lib.test().replace(epochs=2),
+    return train_run(tmp_path_factory.mktemp("trained-run"), presets.test().replace(epochs=2),
                      synthetic_dataset(80))
 
 
@@ -70,7 +70,7 @@ def transfer_run(tmp_path_factory) -> TrainedRun:
     synthetic digits, 16 of them held out): for style-transfer tests that bound how closely a
     digit is reconstructed and check that the model reads labels. About 10 s on 2 CPU cores."""
     return train_run(tmp_path_factory.mktemp("transfer-run"),
-                     config_lib.test().replace(epochs=20), synthetic_dataset(512))
+                     presets.test().replace(epochs=20), synthetic_dataset(512))
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +78,7 @@ def few_label_run(tmp_path_factory) -> TrainedRun:
     """The test config trained semi-supervised (`--labels 20`) on 256 synthetic digits (32 held
     out), 8 epochs: its classifier q(y|x) reads the synthetic test digits without a mistake.
     About 35 s on 2 busy CPU cores."""
-    config = config_lib.test().replace(
+    config = presets.test().replace(
         epochs=8, labels="20", labelled_per_batch=4, validation_size=32, classifier_weight=5.0,
         learning_rate=3e-3)
     return train_run(tmp_path_factory.mktemp("few-label-run"), config, synthetic_dataset(256))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 
 # Every model option the export covers: the standard prior (the test config), the per-class
@@ -27,12 +27,12 @@ from cvae.data.synthetic import synthetic_dataset
 # 4 + 3 wide, the mixture fitted to its top layer's codes). (`--architecture conv` exports too, its
 # ONNX within 1e-7: left out here for the suite's time, its convolutions cost most on a CPU.)
 OPTIONS = {
-    "standard": lambda: config_lib.test().replace(epochs=2),
-    "mixture": lambda: config_lib.test().replace(
+    "standard": lambda: presets.test().replace(epochs=2),
+    "mixture": lambda: presets.test().replace(
         prior="mixture", prior_components=2, epochs=2, batch_norm=True, ema_decay=0.9),
-    "few-labels": lambda: config_lib.test().replace(
+    "few-labels": lambda: presets.test().replace(
         prior="mixture", prior_components=2, epochs=2, labels="20", labelled_per_batch=4),
-    "ladder": lambda: config_lib.test().replace(
+    "ladder": lambda: presets.test().replace(
         stochastic_layers=2, upper_latent_dim=3, prior="mixture", prior_components=2, epochs=2,
         free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6),
 }

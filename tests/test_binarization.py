@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.model.binarization import binarize, maybe_binarize
 
 
@@ -19,7 +19,7 @@ def test_binarize_draws_ones_with_the_intensity_as_probability():
 def test_maybe_binarize_leaves_gaussian_and_undynamic_runs_alone():
     images = jnp.full((2, 3), 0.5, jnp.float32)
     key = jax.random.key(0)
-    config = config_lib.test()
+    config = presets.test()
     assert np.array_equal(maybe_binarize(key, images, config), binarize(key, images))
     for other in (config.replace(likelihood="gaussian"), config.replace(binarization="none")):
         assert maybe_binarize(key, images, other) is images

@@ -22,7 +22,7 @@ import pytest
 
 from bit_identity import check_sampler
 from conftest import train_run
-from cvae import config as config_lib
+from cvae import presets
 from cvae.sampling.sampler import load_sampler
 from cvae.data.synthetic import synthetic_dataset
 
@@ -40,7 +40,7 @@ def mixture_run(tmp_path_factory):
     """The test config with every function the sampler runs through blocks: the per-class
     mixture prior (its mapping, and the transport between classes) and, trained with 20
     labels, the classifier q(y|x); 2 epochs of 80 synthetic digits."""
-    config = config_lib.test().replace(prior="mixture", prior_components=2, epochs=2,
+    config = presets.test().replace(prior="mixture", prior_components=2, epochs=2,
                                        labels="20", labelled_per_batch=4)
     return train_run(tmp_path_factory.mktemp("mixture-run"), config, synthetic_dataset(80))
 

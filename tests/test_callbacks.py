@@ -3,7 +3,7 @@ import json
 import numpy as np
 from PIL import Image
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import (Callback, Checkpointer, EarlyStopping, LossCurve,
                                      MetricsLogger, Run, TensorBoard)
 from cvae.training.checkpoints import load_checkpoint
@@ -22,7 +22,7 @@ class ScriptedLoss(Callback):
 
 
 def test_early_stopping_stops_at_the_right_epoch_and_leaves_a_checkpoint(tmp_path):
-    config = config_lib.test().replace(epochs=10)
+    config = presets.test().replace(epochs=10)
     script = ScriptedLoss([5.0, 4.0, 4.0, 3.95, 3.99, 1.0, 1.0, 1.0, 1.0, 1.0])
     run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
                              callbacks=[script, EarlyStopping(patience=2, min_delta=0.1),
@@ -36,7 +36,7 @@ def test_early_stopping_stops_at_the_right_epoch_and_leaves_a_checkpoint(tmp_pat
 def test_metrics_logger_uses_the_injected_clock_and_weights_steps(tmp_path):
     ticks = iter([10.0, 12.5])
     logger = MetricsLogger(clock=lambda: next(ticks))
-    run = Run(config_lib.test(), tmp_path, steps_per_epoch=3, total_steps=3)
+    run = Run(presets.test(), tmp_path, steps_per_epoch=3, total_steps=3)
     logger.on_epoch_start(run)
     logger.on_step_end(run, {"loss": np.array([1.0, 2.0])})
     logger.on_step_end(run, {"loss": np.array([6.0])})
@@ -51,7 +51,7 @@ def test_metrics_logger_uses_the_injected_clock_and_weights_steps(tmp_path):
 def test_a_metrics_record_spans_every_epoch_since_the_last_evaluation(tmp_path):
     ticks = iter([10.0, 14.0, 15.0, 16.0])  # the second epoch starts without a record between
     logger = MetricsLogger(clock=lambda: next(ticks))
-    run = Run(config_lib.test().replace(eval_every=2), tmp_path, steps_per_epoch=1,
+    run = Run(presets.test().replace(eval_every=2), tmp_path, steps_per_epoch=1,
               total_steps=3)
     for epoch, loss in ((0, 1.0), (1, 5.0)):
         run.epoch = epoch
@@ -71,7 +71,7 @@ def test_a_metrics_record_spans_every_epoch_since_the_last_evaluation(tmp_path):
 
 
 def test_tensorboard_and_loss_curve_files_are_written(tmp_path):
-    config = config_lib.test().replace(epochs=2)
+    config = presets.test().replace(epochs=2)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path,
                        callbacks=[MetricsLogger(), TensorBoard(), LossCurve()])
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))

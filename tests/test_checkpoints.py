@@ -4,7 +4,7 @@ import orbax.checkpoint as ocp
 import pytest
 from trees import tree_equal
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import Checkpointer
 from cvae.training.checkpoints import (create_manager, load_checkpoint, restore_state,
                                        save_checkpoint)
@@ -23,7 +23,7 @@ def make_state(config):
 
 
 def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
-    config = config_lib.test().replace(ema_decay=0.9)
+    config = presets.test().replace(ema_decay=0.9)
     state = make_state(config)
     state = state.replace(params=jax.tree.map(lambda p: p + 0.5, state.params), step=state.step + 7)
     manager = create_manager(tmp_path)
@@ -39,7 +39,7 @@ def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
 
 def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads(tmp_path):
     """The layout of older checkpoints: no `prior` in the state, no newer keys in the config."""
-    config = config_lib.test()
+    config = presets.test()
     state = make_state(config)
     old_state = {name: getattr(state, name) for name in
                  ("step", "params", "opt_state", "batch_stats", "ema_params", "key")}
@@ -60,7 +60,7 @@ def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads
 
 
 def test_keeps_latest_three_and_the_best_by_validation_loss(tmp_path):
-    config = config_lib.test()
+    config = presets.test()
     state = make_state(config)
     manager = create_manager(tmp_path, keep=3)
     losses = {1: 5.0, 2: 1.0, 3: 4.0, 4: 3.0, 5: 6.0, 6: 7.0}
@@ -75,7 +75,7 @@ def test_keeps_latest_three_and_the_best_by_validation_loss(tmp_path):
 
 
 def test_restore_into_a_concrete_template(tmp_path):
-    config = config_lib.test()
+    config = presets.test()
     state = make_state(config)
     manager = create_manager(tmp_path)
     save_checkpoint(manager, state, config, metrics=None)
@@ -94,7 +94,7 @@ def test_missing_and_empty_dirs_say_where_and_what_to_run(tmp_path):
 
 
 def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
-    config = config_lib.test().replace(epochs=2)
+    config = presets.test().replace(epochs=2)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     assert sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()) == [4, 8]
     for item in (tmp_path / "8" / "state").rglob("*"):
@@ -106,7 +106,7 @@ def test_corrupt_newest_step_falls_back_to_the_previous(tmp_path, caplog):
 
 
 def test_resume_with_a_different_model_names_the_fields(tmp_path):
-    config = config_lib.test()
+    config = presets.test()
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     with pytest.raises(ResumeError, match="latent_dim: checkpoint 4 vs requested 8.*--fresh"):
         train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(80), tmp_path,
@@ -118,7 +118,7 @@ def test_resume_with_a_different_model_names_the_fields(tmp_path):
 
 
 def test_resume_continues_the_step_count(tmp_path):
-    config = config_lib.test()
+    config = presets.test()
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     run = train_and_evaluate(config.replace(epochs=3), synthetic_dataset(80), tmp_path,
                              callbacks=[Checkpointer()])
@@ -127,7 +127,7 @@ def test_resume_continues_the_step_count(tmp_path):
 
 
 def test_training_resumes_past_a_corrupt_newest_step_and_keeps_it_aside(tmp_path):
-    config = config_lib.test().replace(epochs=2)
+    config = presets.test().replace(epochs=2)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     for item in (tmp_path / "8" / "state").rglob("*"):
         if item.is_file():

@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from cvae.cli import build_parser, config_from_args
-from cvae.config import PRESETS, Config, default, field_doc, seed
+from cvae.config import Config, field_doc
+from cvae.presets import PRESETS, default, seed
 from cvae.data.synthetic import write_synthetic_idx
 
 

@@ -1,6 +1,7 @@
 import pytest
 
-from cvae.config import Config, ConfigError, default, get_preset, likelihood, seed
+from cvae.config import Config, ConfigError
+from cvae.presets import default, get_preset, likelihood, seed
 from cvae.model.levers import check_trainable
 
 

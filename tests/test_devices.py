@@ -12,7 +12,7 @@ SCRIPT = r"""
 import json, sys
 import jax, numpy as np
 sys.path.insert(0, sys.argv[1])
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import Callback, Checkpointer
 from cvae.training.checkpoints import load_checkpoint
 from cvae.training.loop import train_and_evaluate
@@ -22,7 +22,7 @@ class Losses(Callback):
     def __init__(self): self.values = []
     def on_step_end(self, run, metrics): self.values += [float(v) for v in metrics["loss"]]
 
-config = config_lib.test().replace(epochs=2, batch_size=16, **json.loads(sys.argv[3]))
+config = presets.test().replace(epochs=2, batch_size=16, **json.loads(sys.argv[3]))
 data = synthetic_dataset(80)
 out = {"devices": len(jax.devices())}
 for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):

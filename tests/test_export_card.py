@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.export.card import eval_metrics, train_command
 
 pytestmark = pytest.mark.slow
@@ -79,7 +79,7 @@ def test_eval_figures_of_another_step_are_not_claimed(exported, export_runs, tmp
 
 
 def test_the_training_command_rebuilds_the_config():
-    config = config_lib.semi()
+    config = presets.semi()
     command = train_command(config)
     assert command == "cvae train --validation-size 10000 --epochs 15 --eval-every 1 " \
                       "--labels 100 --classifier-weight 5.0 --classifier-shift 2 " \

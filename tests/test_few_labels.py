@@ -17,7 +17,7 @@ import pytest
 from test_reliability import kill_repeatedly, train_command
 from trees import tree_equal
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training import few_labels
 from cvae.training.callbacks import Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
@@ -30,7 +30,7 @@ from cvae.data.splits import _LABELLED_SALT, _hash_keys, labelled_indices, split
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import create_train_state
 
-SEMI = config_lib.test().replace(labels="20", labelled_per_batch=4, validation_size=32)
+SEMI = presets.test().replace(labels="20", labelled_per_batch=4, validation_size=32)
 
 
 def test_labelled_set_is_class_balanced_deterministic_and_disjoint_from_validation():
@@ -83,7 +83,7 @@ def test_bad_semi_supervised_config_names_the_field(changes, field):
 
 def test_every_label_model_has_no_classifier_and_few_label_model_has_one():
     key = jax.random.key(0)
-    plain = init_variables(create_model(config_lib.test()), key)["params"]
+    plain = init_variables(create_model(presets.test()), key)["params"]
     few = init_variables(create_model(SEMI), key)["params"]
     assert "classifier" not in plain and set(few) == set(plain) | {"classifier"}
     # The VAE's own parameters are initialised the same either way.
@@ -138,7 +138,7 @@ def params_after(config, directory, data=None):
 def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
     """The semi-supervised knobs cannot reach a run with every label: changing them leaves the
     parameters bit-identical, and the state carries no labelled set."""
-    config = config_lib.test().replace(epochs=2, prior="mixture")
+    config = presets.test().replace(epochs=2, prior="mixture")
     reference = params_after(config, tmp_path / "a")
     changed = config.replace(labels="all", classifier_weight=7.0, labelled_per_batch=3)
     assert tree_equal(params_after(changed, tmp_path / "b"), reference)
@@ -357,7 +357,7 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
 FOUR_DEVICES = r"""
 import json, sys
 import jax
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import Callback
 from cvae.training.loop import train_and_evaluate
 from cvae.data.synthetic import synthetic_dataset
@@ -368,7 +368,7 @@ class Losses(Callback):
         for name, values in self.values.items():
             values += [float(v) for v in metrics[name]]
 
-config = config_lib.test().replace(labels="20", labelled_per_batch=4, validation_size=32,
+config = presets.test().replace(labels="20", labelled_per_batch=4, validation_size=32,
                                    epochs=1, prior="mixture", vat_weight=1.0,
                                    entropy_weight=0.5)
 out = {}

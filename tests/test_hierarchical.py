@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.data.synthetic import synthetic_images
 from cvae.model import hierarchical as hv
 from cvae.model import objectives as obj
@@ -170,7 +170,7 @@ def test_posterior_means_decoded_are_the_zero_noise_reconstruction(ladder):
 
 
 def test_create_ladder_reads_the_config():
-    config = config_lib.test().replace(stochastic_layers=3, upper_latent_dim=2)
+    config = presets.test().replace(stochastic_layers=3, upper_latent_dim=2)
     model = hv.create_ladder(config)
     assert model.latent_dims == (config.latent_dim, 2, 2)
     variables = hv.init_ladder(model, jax.random.key(10))

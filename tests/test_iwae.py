@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.evaluation import iwae
 from cvae.model.losses import reconstruction
 from cvae.model.networks import create_model, init_variables, reparameterize
@@ -18,7 +18,7 @@ from cvae.data.synthetic import synthetic_images
 
 @pytest.fixture(scope="module")
 def tiny():
-    config = config_lib.test()
+    config = presets.test()
     model = create_model(config)
     variables = init_variables(model, jax.random.key(1))
     labels = np.arange(32, dtype=np.int32) % 10

@@ -13,7 +13,7 @@ import optax
 import pytest
 from scipy.stats import multivariate_normal
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.model import learned_prior as lp
 from cvae.model import prior as prior_lib
 from cvae.model.networks import create_model, init_variables
@@ -109,7 +109,7 @@ def test_vamp_components_are_the_encoders_posteriors_at_the_pseudo_inputs():
 
 
 def test_vamp_prior_of_a_cvae_has_a_finite_density_and_trains_its_pseudo_inputs():
-    config = config_lib.test()
+    config = presets.test()
     model = create_model(config)
     variables = init_variables(model, jax.random.key(5))
     pseudo = lp.PseudoInputs(per_class=2)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.evaluation import iwae
 from cvae.model import hierarchical as hv
 from cvae.model import lever_losses as ll
@@ -27,7 +27,7 @@ def batch():
 
 
 def ladder(prior="standard", **changes):
-    config = config_lib.test().replace(stochastic_layers=2, upper_latent_dim=3, prior=prior,
+    config = presets.test().replace(stochastic_layers=2, upper_latent_dim=3, prior=prior,
                                        prior_components=3, pseudo_inputs=2, **changes)
     model = hv.create_ladder(config)
     return model, hv.init_ladder(model, jax.random.key(0)), config
@@ -42,7 +42,7 @@ def loss_of(model, variables, config, kl_weight=1.0, key=2):
 
 @pytest.mark.parametrize("free_bits", [0.0, 0.5])
 def test_the_one_latent_elbo_is_todays_loss(free_bits):
-    config = config_lib.test().replace(prior="standard", free_bits=free_bits)
+    config = presets.test().replace(prior="standard", free_bits=free_bits)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     x, y = batch()
@@ -120,7 +120,7 @@ def test_the_learned_top_layer_kl_counts_in_the_elbo():
 
 @pytest.mark.parametrize("prior,objective", [("vamp", "elbo"), ("learned_mixture", "dreg")])
 def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objective):
-    config = config_lib.test().replace(prior=prior, prior_components=3, pseudo_inputs=2,
+    config = presets.test().replace(prior=prior, prior_components=3, pseudo_inputs=2,
                                        objective=objective,
                                        importance_samples=1 if objective == "elbo" else 3)
     model = create_model(config)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.model import hierarchical as hv
 from cvae.model import objectives as obj
 from cvae.model.log_weights import create_bayes_classify_fn, log_weights_fn, noise_width
@@ -17,7 +17,7 @@ from cvae.model.networks import create_model, init_variables
 
 
 def models():
-    config = config_lib.test()
+    config = presets.test()
     cvae = create_model(config)
     ladder = hv.create_ladder(config.replace(stochastic_layers=2, upper_latent_dim=3))
     return [(cvae, init_variables(cvae, jax.random.key(0))),

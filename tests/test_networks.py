@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae.config import test as test_config
+from cvae.presets import test as test_config
 from cvae.model.networks import CVAE, create_model, init_variables, reparameterize, soft_clamp
 
 

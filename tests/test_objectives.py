@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.evaluation import iwae as iwae_eval
 from cvae.model import objectives as obj
 from cvae.model.networks import create_model, init_variables
@@ -202,7 +202,7 @@ def test_per_label_bounds_are_each_labels_evidence_and_bayes_picks_the_nearest_c
 
 @pytest.fixture(scope="module")
 def tiny_cvae():
-    config = config_lib.test()
+    config = presets.test()
     model = create_model(config)
     variables = init_variables(model, jax.random.key(1))
     x = jax.random.bernoulli(jax.random.key(2), 0.3, (6, 784)).astype(jnp.float32)

@@ -4,7 +4,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.model.networks import create_model
 from cvae.training.optimizer import (create_kl_weight_schedule, create_learning_rate_schedule,
                                      create_optimizer)
@@ -48,7 +48,7 @@ def changed(a, b) -> dict[str, bool]:
     ("adam", "constant"), ("adamw", "linear"), ("sgd", "cosine"), ("rmsprop", "warmup_cosine"),
     ("adam", "warmup_linear")])
 def test_every_optimizer_and_schedule_takes_a_finite_step(optimizer, schedule):
-    config = config_lib.test().replace(optimizer=optimizer, lr_schedule=schedule, warmup_steps=1,
+    config = presets.test().replace(optimizer=optimizer, lr_schedule=schedule, warmup_steps=1,
                                        weight_decay=1e-4, grad_clip_norm=1.0)
     snapshots, _, history = train(config, steps=2)
     assert all(np.isfinite(h["loss"]) for h in history)
@@ -63,7 +63,7 @@ def test_every_optimizer_and_schedule_takes_a_finite_step(optimizer, schedule):
     ("warmup_linear", {0: 0.0, 5: 5e-4, 10: 1e-3, 55: 0.5 * (1e-3 + 1e-5), 100: 1e-5}),
 ])
 def test_schedules_give_the_expected_rate_at_chosen_steps(name, checks):
-    config = config_lib.default().replace(lr_schedule=name, learning_rate=1e-3,
+    config = presets.default().replace(lr_schedule=name, learning_rate=1e-3,
                                           end_learning_rate=1e-5, warmup_steps=10)
     schedule = create_learning_rate_schedule(config, total_steps=100)
     for step, expected in checks.items():
@@ -71,7 +71,7 @@ def test_schedules_give_the_expected_rate_at_chosen_steps(name, checks):
 
 
 def test_multisteps_updates_every_k_micro_batches_only():
-    snapshots, state, _ = train(config_lib.test().replace(accumulation_steps=2), steps=4)
+    snapshots, state, _ = train(presets.test().replace(accumulation_steps=2), steps=4)
     moved = [any(changed(a, b).values()) for a, b in zip(snapshots, snapshots[1:])]
     assert moved == [False, True, False, True]
     assert int(state.step) == 4  # micro-batch steps
@@ -79,7 +79,7 @@ def test_multisteps_updates_every_k_micro_batches_only():
 
 
 def test_frozen_encoder_does_not_change():
-    config = config_lib.test().replace(freeze="encoder")
+    config = presets.test().replace(freeze="encoder")
     snapshots, _, _ = train(config, steps=3)
     moved = changed(snapshots[0], snapshots[-1])
     assert moved == {"encoder": False, "decoder": True}
@@ -87,7 +87,7 @@ def test_frozen_encoder_does_not_change():
 
 def test_ema_equals_its_closed_form():
     decay = 0.9
-    params, state, _ = train(config_lib.test().replace(ema_decay=decay), steps=3)
+    params, state, _ = train(presets.test().replace(ema_decay=decay), steps=3)
     # ema_0 = p_0, ema_t = d_t ema_(t-1) + (1 - d_t) p_t with the warm-up d_t = (1 + t) / (10 + t)
     # (below 0.9 for t < 80): ema_3 = d3 d2 d1 p0 + d3 d2 (1-d1) p1 + d3 (1-d2) p2 + (1-d3) p3.
     d1, d2, d3 = 2 / 11, 3 / 12, 4 / 13
@@ -101,7 +101,7 @@ def test_ema_equals_its_closed_form():
 
 
 def test_kl_annealing_rises_linearly_then_holds():
-    config = config_lib.test().replace(kl_schedule="linear", kl_warmup_steps=10, kl_weight=0.5)
+    config = presets.test().replace(kl_schedule="linear", kl_warmup_steps=10, kl_weight=0.5)
     weight = create_kl_weight_schedule(config)
     assert [float(weight(s)) for s in (0, 5, 10, 50)] == pytest.approx([0.0, 0.25, 0.5, 0.5])
     _, _, history = train(config, steps=3)
@@ -109,7 +109,7 @@ def test_kl_annealing_rises_linearly_then_holds():
 
 
 def test_batch_norm_stats_update_in_train_and_not_in_eval():
-    config = config_lib.test().replace(batch_norm=True)
+    config = presets.test().replace(batch_norm=True)
     optimizer, _ = create_optimizer(config, 100)
     key = run_key(0)
     model = create_model(config)
@@ -128,7 +128,7 @@ def test_batch_norm_stats_update_in_train_and_not_in_eval():
 
 
 def test_dropout_is_on_in_training_and_off_in_evaluation():
-    config = config_lib.test().replace(dropout_rate=0.5)
+    config = presets.test().replace(dropout_rate=0.5)
     model = create_model(config)
     _, state, _ = train(config, steps=1)
     batch = batches(1)[0]
@@ -148,7 +148,7 @@ def test_dropout_is_on_in_training_and_off_in_evaluation():
 
 def test_gradient_clipping_bounds_the_update_to_the_clip_norm():
     # Plain SGD (no momentum, constant rate 0.5): the update is -0.5 x the clipped gradient.
-    config = config_lib.test().replace(optimizer="sgd", momentum=0.0, learning_rate=0.5,
+    config = presets.test().replace(optimizer="sgd", momentum=0.0, learning_rate=0.5,
                                        end_learning_rate=0.5, grad_clip_norm=0.01)
     snapshots, _, history = train(config, steps=1)
     step = optax.tree.norm(jax.tree.map(np.subtract, snapshots[1], snapshots[0]))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.evaluation import iwae
 from cvae.model import prior
 from cvae.training.callbacks import Checkpointer
@@ -80,7 +80,7 @@ def test_log_density_is_the_mixture_density():
 
 
 def test_the_unfitted_mixture_is_the_standard_prior():
-    config = config_lib.test().replace(prior="mixture", prior_components=3)
+    config = presets.test().replace(prior="mixture", prior_components=3)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     standard = create_model(config.replace(prior="standard"))
@@ -97,7 +97,7 @@ def test_the_unfitted_mixture_is_the_standard_prior():
 
 def test_standard_prior_generates_exactly_what_decode_does():
     """Models without a mixture (all checkpoints before it) sample the same pixels as before."""
-    config = config_lib.test()
+    config = presets.test()
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     assert set(variables) == {"params"}
@@ -109,7 +109,7 @@ def test_standard_prior_generates_exactly_what_decode_does():
 
 @pytest.mark.parametrize("codes", ["samples", "means"])
 def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path, codes):
-    config = config_lib.test().replace(epochs=2, prior="mixture", prior_components=2,
+    config = presets.test().replace(epochs=2, prior="mixture", prior_components=2,
                                        prior_codes=codes)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     mixture = load_checkpoint(tmp_path).state.prior[prior.VARIABLE]
@@ -123,7 +123,7 @@ def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path, codes
 def test_iwae_bound_uses_the_models_prior():
     """Same weights: the unfitted mixture gives the standard prior's bound; a mixture that
     puts p(z|y) far from the codes gives a much lower one."""
-    config = config_lib.test().replace(prior="mixture", prior_components=2)
+    config = presets.test().replace(prior="mixture", prior_components=2)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     labels = np.arange(8, dtype=np.int32)

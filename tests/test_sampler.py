@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.sampling.grid import grid_shape
 from cvae.model.networks import create_model, init_variables
 from cvae.sampling.sampler import create_sampler, draw_latents, grid_columns, request_latents
@@ -13,7 +13,7 @@ from cvae.sampling.sampler import create_sampler, draw_latents, grid_columns, re
 
 @pytest.fixture(scope="module")
 def sampler():
-    config = config_lib.test()
+    config = presets.test()
     model = create_model(config)
     sampler = create_sampler(model, config, init_variables(model, jax.random.key(0)),
                              block_rows=8)
@@ -64,7 +64,7 @@ def test_grid_columns_follow_the_design():
 def test_a_block_size_only_classify_cannot_keep_stays_for_drawing():
     """Reading digits is checked over its own block sizes: a classify_fn whose rows depend on
     their position in 16-row blocks loses 16 for classify alone, while decode keeps it."""
-    config = config_lib.test()
+    config = presets.test()
     model = create_model(config)
     sampler = create_sampler(model, config, init_variables(model, jax.random.key(0)))
     sampler.block_sizes = sampler.classify_block_sizes = (8, 16)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
 from cvae.config import ConfigError
@@ -29,7 +30,7 @@ def test_mnist_validation_is_the_source_validation_set_at_the_end():
 @pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist"])
 def test_split_is_disjoint_complete_and_stable(dataset):
     data = synthetic_dataset(200)
-    config = config_lib.test().replace(dataset=dataset, validation_size=50, seed=3)
+    config = presets.test().replace(dataset=dataset, validation_size=50, seed=3)
     images = data.train_images.copy()
     images[:, 0, 0] = np.arange(200)  # stamp each image with its index
     first = split_training_set(images, data.train_labels, config)
@@ -55,7 +56,7 @@ PINNED_SEED_0 = [233, 250, 286, 453, 509, 728, 744, 781, 844, 899]
 
 def test_train_limit_cuts_the_training_part_only():
     data = synthetic_dataset(100)
-    config = config_lib.test().replace(validation_size=20, train_limit=30)
+    config = presets.test().replace(validation_size=20, train_limit=30)
     split = split_training_set(data.train_images, data.train_labels, config)
     assert len(split.train_images) == 30 and len(split.validation_images) == 20
     assert training_size(100, config) == 30
@@ -68,11 +69,11 @@ def test_validation_size_out_of_range_names_the_field():
     for size in (0, 100):
         with pytest.raises(ConfigError, match=f"validation_size={size}"):
             split_training_set(data.train_images, data.train_labels,
-                               config_lib.test().replace(validation_size=size))
+                               presets.test().replace(validation_size=size))
 
 
 def test_a_config_without_the_field_is_one_from_before_the_split():
-    stored = config_lib.test().to_dict()
+    stored = presets.test().to_dict()
     del stored["validation_size"]
     assert config_lib.Config.from_dict(stored).validation_size == 0
 
@@ -96,7 +97,7 @@ class Untouchable:
 def test_training_never_reads_the_test_set(tmp_path):
     data = dataclasses.replace(synthetic_dataset(80), test_images=Untouchable(),
                                test_labels=Untouchable())
-    config = config_lib.test().replace(epochs=2)
+    config = presets.test().replace(epochs=2)
     run = train_and_evaluate(config, data, tmp_path, callbacks=[NanGuard(), Checkpointer()])
     assert run.step == 8 and run.stop_reason is None
     # What ranked the checkpoint is the validation evaluation, and only that.
@@ -112,7 +113,7 @@ def test_nan_guard_watches_the_validation_figures(tmp_path):
             if run.epoch == 1:
                 metrics["loss"] = float("nan")
 
-    config = config_lib.test().replace(epochs=3)
+    config = presets.test().replace(epochs=3)
     run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
                              callbacks=[PoisonValidation(), NanGuard(), Checkpointer()])
     assert run.exit_code == 3 and "non-finite validation loss" in run.stop_reason

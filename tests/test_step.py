@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from trees import tree_equal
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
 from cvae.errors import ResumeError
@@ -26,7 +26,7 @@ def setup(config):
 
 
 def test_one_step_gives_finite_metrics_and_advances_the_step():
-    config = config_lib.test()
+    config = presets.test()
     key, state, train_step = setup(config)
     data = synthetic_dataset(32)
     batch = to_batch(jnp.asarray(data.train_images[:16].reshape(16, 784)),
@@ -41,7 +41,7 @@ def test_one_step_gives_finite_metrics_and_advances_the_step():
 
 @pytest.mark.parametrize("likelihood", ["bernoulli", "gaussian"])
 def test_loss_falls_on_a_tiny_synthetic_set(likelihood):
-    config = config_lib.test().replace(likelihood=likelihood, learning_rate=3e-3)
+    config = presets.test().replace(likelihood=likelihood, learning_rate=3e-3)
     key, state, train_step = setup(config)
     data = synthetic_dataset(256)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
@@ -56,7 +56,7 @@ def test_loss_falls_on_a_tiny_synthetic_set(likelihood):
 
 
 def test_fused_chunk_equals_single_steps():
-    config = config_lib.test()
+    config = presets.test()
     key, state_a, train_step = setup(config)
     _, state_b, _ = setup(config)
     data = synthetic_dataset(80)
@@ -72,7 +72,7 @@ def test_fused_chunk_equals_single_steps():
 
 
 def test_chunk_does_not_recompile_for_new_data_order_or_offset():
-    config = config_lib.test()
+    config = presets.test()
     key, state, train_step = setup(config)
     data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
@@ -94,7 +94,7 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 
 @pytest.mark.determinism
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
-    config = config_lib.test().replace(epochs=3, steps_per_call=3)
+    config = presets.test().replace(epochs=3, steps_per_call=3)
     data = synthetic_dataset(80)  # 4 steps per epoch: chunks of 3 then 1
     straight = train_and_evaluate(config, data, tmp_path / "straight", callbacks=[Checkpointer()])
     for stop in (2, 5, 9):  # stop mid-chunk boundaries are impossible: max_steps cuts chunks
@@ -113,7 +113,7 @@ def test_nan_guard_stops_and_names_the_step_and_term(tmp_path):
         def on_step_end(self, run, metrics):
             metrics["kl"] = np.where(np.arange(len(metrics["kl"])) == 3, np.nan, metrics["kl"])
 
-    config = config_lib.test().replace(epochs=2)
+    config = presets.test().replace(epochs=2)
     run = train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[InjectNaN(),
                                                                                  NanGuard(),
                                                                        Checkpointer()])
@@ -133,7 +133,7 @@ def test_callbacks_receive_events_in_order(tmp_path):
         def on_epoch_end(self, run, metrics): events.append("epoch_end")
         def on_fit_end(self, run): events.append("fit_end")
 
-    config = config_lib.test().replace(epochs=2, steps_per_call=4)
+    config = presets.test().replace(epochs=2, steps_per_call=4)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Recorder()])
     epoch = ["epoch_start", "step_end", "eval_end", "epoch_end"]
     assert events == ["fit_start", *epoch, *epoch, "fit_end"]
@@ -147,7 +147,7 @@ def test_extending_a_finished_run_keeps_its_schedule_so_the_rate_does_not_jump(t
         def on_step_end(self, run, metrics):
             rates.extend(float(r) for r in metrics["learning_rate"])
 
-    config = config_lib.test().replace(epochs=2, lr_schedule="cosine", learning_rate=1e-2,
+    config = presets.test().replace(epochs=2, lr_schedule="cosine", learning_rate=1e-2,
                                        end_learning_rate=1e-4)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Rates(), Checkpointer()])
     finished = list(rates)
@@ -163,7 +163,7 @@ def test_extending_a_finished_run_keeps_its_schedule_so_the_rate_does_not_jump(t
 
 
 def test_an_explicit_different_schedule_span_on_resume_is_refused(tmp_path):
-    config = config_lib.test().replace(epochs=2, lr_schedule="cosine")
+    config = presets.test().replace(epochs=2, lr_schedule="cosine")
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     with pytest.raises(ResumeError, match="schedule spans 2 epochs"):
         train_and_evaluate(config.replace(epochs=4, schedule_epochs=4), synthetic_dataset(80),

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 from trees import tree_equal
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import CheckpointError
 from cvae.model.networks import create_model
@@ -51,7 +51,7 @@ def saved_state(directory: Path, config, optimizer: optax.GradientTransformation
 def test_inference_reads_the_weights_without_the_optimizer_state(tmp_path):
     """A step whose optimizer state no optimizer of its config could hold (SGD with momentum
     under an Adam config): restoring the whole train state fails on it, inference does not."""
-    config = config_lib.test()
+    config = presets.test()
     state = saved_state(tmp_path, config, optax.sgd(0.1, momentum=0.9))
     trained = load_trained_model(tmp_path)
     assert (trained.step, trained.config, trained.metrics) == (3, config, {"validation_loss": 2.0})
@@ -62,7 +62,7 @@ def test_inference_reads_the_weights_without_the_optimizer_state(tmp_path):
 
 
 def test_inference_reads_the_moving_average_and_init_from_the_weights(tmp_path):
-    config = config_lib.test().replace(ema_decay=0.9)
+    config = presets.test().replace(ema_decay=0.9)
     state = saved_state(tmp_path, config, optax.adam(1e-3))
     assert tree_equal(jax.device_get(load_trained_model(tmp_path).variables["params"]),
                       jax.device_get(state.ema_params))

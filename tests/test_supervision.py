@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.data.splits import split_training_set
 from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import ResumeError
@@ -18,7 +18,7 @@ from cvae.training.devices import create_mesh
 from cvae.training.step import create_train_state, device_arrays
 from cvae.training.supervision import FewLabels, FullLabels, create_supervision
 
-EVERY = config_lib.test().replace(validation_size=32)
+EVERY = presets.test().replace(validation_size=32)
 FEW = EVERY.replace(labels="20", labelled_per_batch=4)
 
 

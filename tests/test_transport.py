@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.model.transport import (ClassTransport, class_moments, class_transport,
                                   gaussian_transport)
 
@@ -53,7 +53,7 @@ def test_apply_moves_codes_between_classes_and_keeps_a_class_own_bit_for_bit():
 
 
 def test_the_standard_prior_has_no_transport():
-    assert class_transport(config_lib.test(), {}) is None
+    assert class_transport(presets.test(), {}) is None
 
 
 @pytest.mark.parametrize("components", [1, 3])
@@ -63,7 +63,7 @@ def test_a_mixture_prior_gets_maps_between_all_classes(components):
                                         for _ in range(10)]))
     mixture = {"weights": np.full((10, components), 1 / components),
                "means": rng.standard_normal((10, components, 3)), "scale_tril": tril}
-    config = config_lib.test().replace(prior="mixture", prior_components=components,
+    config = presets.test().replace(prior="mixture", prior_components=components,
                                        latent_dim=3)
     transport = class_transport(config, {"prior": {"mixture": mixture}})
     assert transport.maps.shape == (10, 10, 3, 3)

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.model.networks import create_model, init_variables
 from cvae.training.step import run_key
@@ -14,7 +14,7 @@ from cvae.training.validation import create_eval_step, evaluate
 
 
 def test_evaluation_weights_an_unequal_last_batch_exactly():
-    config = config_lib.test().replace(binarization="none")
+    config = presets.test().replace(binarization="none")
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     data = synthetic_dataset(16, num_test=50)
@@ -33,7 +33,7 @@ def test_evaluation_weights_an_unequal_last_batch_exactly():
 def test_evaluation_loss_is_the_training_objective_with_free_bits():
     """With free bits above every dimension's KL, the KL term of the loss is latent_dim x the
     floor, exactly as in training; the reported KL stays unfloored."""
-    config = config_lib.test().replace(binarization="none", kl_weight=2.0, free_bits=50.0)
+    config = presets.test().replace(binarization="none", kl_weight=2.0, free_bits=50.0)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     data = synthetic_dataset(16, num_test=40)

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.sampling.walks import DigitWalk, LatentWalk, slerp, walk_latents
 from cvae.model.networks import create_model, init_variables
 from cvae.sampling.sampler import DIGITS, create_sampler, request_latents
@@ -30,7 +30,7 @@ class StandardPrior:
 @pytest.fixture(scope="module")
 def mixture_sampler():
     """A small untrained model whose mixture prior has moved away from N(0, I)."""
-    config = config_lib.test().replace(prior="mixture", prior_components=3, latent_dim=LATENT)
+    config = presets.test().replace(prior="mixture", prior_components=3, latent_dim=LATENT)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     mixture = dict(variables["prior"]["mixture"])

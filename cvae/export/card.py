@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from cvae import config as config_lib
+from cvae import presets
 from cvae.model.widths import noise_dim
 
 # The Hub's dataset ids for the datasets a run may train on.
@@ -71,7 +71,7 @@ def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> st
 
 def train_command(config) -> str:
     """The `cvae train` command that makes this config from the default preset."""
-    default = config_lib.default()
+    default = presets.default()
     flags = []
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
