@@ -178,6 +178,10 @@ def add_eval_command(commands) -> None:
                           help="generated digits per label for the fidelity scores (default 500)")
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
                           help="binarisation, importance samples and generated samples (default 0)")
+    evaluate.add_argument("--pixel-sharpness", type=bounded(float, 0, 10, low_open=True),
+                          default=None,
+                          help="render samples, reconstructions and reports at this sharpness "
+                               "instead of the checkpoint's own (its config's pixel_sharpness)")
     evaluate.add_argument("--no-fidelity", dest="fidelity", action="store_false", default=None,
                           help="skip the classifier-based sample scores")
     evaluate.add_argument("--classifier-dir", help="classifier cache (default DATA_DIR/classifier)")

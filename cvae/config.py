@@ -85,6 +85,9 @@ class Config:
     likelihood: Likelihood = knob(
         "bernoulli", "p(x|z,y): Bernoulli (sigmoid cross-entropy, nats) or the seed's Gaussian "
                      "(summed half squared error of sigmoid means).")
+    pixel_sharpness: float = knob(
+        1.3, "Images are sigmoid(s * pixel logits): the Bernoulli decoder at temperature 1/s "
+             "(1 = its means). Rendering only: training and the bounds never see it.")
     logvar_bound: float = knob(
         8.0, "Soft clamp of the encoder's log-variance to (-bound, bound), so the KL cannot "
              "overflow.")
@@ -211,6 +214,8 @@ class Config:
             raise ConfigError(f"dropout_rate={self.dropout_rate}: must be in [0, 1)")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"momentum={self.momentum}: must be in [0, 1)")
+        if not 0 < self.pixel_sharpness <= 10:
+            raise ConfigError(f"pixel_sharpness={self.pixel_sharpness}: must be in (0, 10]")
         if not 0 < self.logvar_bound <= 30:
             raise ConfigError(f"logvar_bound={self.logvar_bound}: must be in (0, 30]")
         self._validate_labels()
@@ -289,15 +294,18 @@ def field_doc(name: str) -> str:
 
 # What a field missing from a stored config means, where the code that wrote it differs from
 # today's default: no validation split (they trained on the whole training file; resuming
-# them needs --fresh), and N(0, I), which every checkpoint before the mixture prior sampled.
-ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard"}
+# them needs --fresh), N(0, I), which every checkpoint before the mixture prior sampled, and
+# the decoder's plain means, which every checkpoint before the sharpness rendered.
+ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard",
+                                "pixel_sharpness": 1.0}
 
 # Fields a resumed run may change; every other one decides the parameter shapes, the optimizer
 # state, the data order or the objective, so it must match the checkpoint. (`schedule_epochs`
 # is checked on its own: `cvae.training.start.keep_schedule_span`.)
 RESUMABLE_CHANGES = ("epochs", "schedule_epochs", "max_steps", "steps_per_call",
                      "eval_batch_size", "eval_every", "early_stopping_patience",
-                     "early_stopping_min_delta", "keep_checkpoints", "data_source")
+                     "early_stopping_min_delta", "keep_checkpoints", "data_source",
+                     "pixel_sharpness")
 
 
 def coerce(hint: Any, value: Any, name: str) -> Any:

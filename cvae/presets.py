@@ -27,7 +27,7 @@ def seed() -> Config:
                   likelihood="gaussian", binarization="none", kl_weight=0.5, optimizer="adamw",
                   learning_rate=1e-4, end_learning_rate=1e-4, lr_schedule="constant",
                   warmup_steps=0, weight_decay=1e-4, batch_size=16, epochs=10,
-                  label_conditioning="first", prior="standard", **SPLIT_50K)
+                  label_conditioning="first", prior="standard", pixel_sharpness=1.0, **SPLIT_50K)
 
 
 def likelihood() -> Config:
@@ -52,7 +52,7 @@ def semi() -> Config:
     docs/semi-supervised.md gives the test error, the time and what each lever bought."""
     return Config(labels="100", classifier_weight=5.0, classifier_shift=2,
                   consistency_weight=20.0, vat_weight=3.0, vat_epsilon=2.0, entropy_weight=1.0,
-                  epochs=15, **SPLIT_50K)
+                  epochs=15, pixel_sharpness=1.0, **SPLIT_50K)
 
 
 def test() -> Config:

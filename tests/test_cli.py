@@ -149,7 +149,7 @@ EVERY_FIELD = dict(
     classifier_weight=2.5, labelled_per_batch=8, classifier_shift=1, consistency_weight=4.0,
     entropy_weight=0.5, vat_weight=1.5, vat_epsilon=2.0,
     objective="dreg", importance_samples=5, stochastic_layers=2, upper_latent_dim=4,
-    pseudo_inputs=7)
+    pseudo_inputs=7, pixel_sharpness=1.5)
 
 
 def test_every_config_field_is_a_train_flag():

@@ -16,6 +16,16 @@ def test_missing_newer_keys_take_defaults():
     assert Config.from_dict(values) == default()
 
 
+def test_a_config_stored_before_the_pixel_sharpness_renders_the_plain_means():
+    """Old checkpoints draw the pictures they drew; today's default sharpens; the presets
+    measured before it keep the plain means."""
+    values = default().to_dict()
+    del values["pixel_sharpness"]
+    assert Config.from_dict(values).pixel_sharpness == 1.0
+    assert default().pixel_sharpness == 1.3
+    assert seed().pixel_sharpness == get_preset("semi").pixel_sharpness == 1.0
+
+
 def test_unknown_keys_are_rejected_by_name():
     with pytest.raises(ConfigError, match="learnin_rate"):
         Config.from_dict({"learnin_rate": 0.1})
@@ -27,6 +37,8 @@ def test_unknown_keys_are_rejected_by_name():
     ("learning_rate", -1.0, "learning_rate=-1.0"),
     ("ema_decay", 1.0, "ema_decay=1.0: must be in [0, 1)"),
     ("optimizer", "lbfgs", "optimizer='lbfgs'"),
+    ("pixel_sharpness", 0.0, "pixel_sharpness=0.0: must be in (0, 10]"),
+    ("pixel_sharpness", 11.0, "pixel_sharpness=11.0: must be in (0, 10]"),
 ])
 def test_validation_names_the_field_and_range(field, value, fragment):
     with pytest.raises(ConfigError) as error:

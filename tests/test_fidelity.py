@@ -46,6 +46,15 @@ def test_scorer_rates_real_digits_high_and_noise_low(classifier_and_data):
     assert noise_scores["accuracy"] <= 0.3
     assert noise_scores["fd"] > 10 * max(real_scores["fd"], 1e-3)
     assert len(noise_scores["fd_per_digit"]) == 10
+    assert noise_scores["grey_share"] == pytest.approx(0.8, abs=0.01)  # uniform noise
+
+
+def test_grey_pixels_are_those_strictly_inside_the_grey_band():
+    """uint8 and [0, 1] floats read alike: 26/255 is grey, 230/255 (above 0.9) is not."""
+    pixels = np.zeros((2, 28, 28), np.uint8)
+    pixels[0, 0, :5] = [0, 26, 128, 230, 255]
+    assert fidelity.grey_share(pixels) == 2 / pixels.size
+    assert fidelity.grey_share(pixels / np.float32(255)) == 2 / pixels.size
 
 
 def test_classifier_cache_is_reused_and_keyed_by_training_data(classifier_and_data):

@@ -7,7 +7,7 @@ from PIL import Image
 
 from cvae import presets
 from cvae.sampling.grid import grid_shape
-from cvae.model.networks import create_model, init_variables
+from cvae.model.networks import create_model, init_variables, pixel_means
 from cvae.sampling.sampler import create_sampler, draw_latents, grid_columns, request_latents
 
 
@@ -43,6 +43,25 @@ def test_decode_in_blocks_equals_decode_alone(sampler):
     together = sampler.decode(np.concatenate([other_z, z]), np.concatenate([other_labels, labels]))
     np.testing.assert_array_equal(alone, together[13:])
     assert alone.shape == (3, 28, 28) and alone.min() >= 0 and alone.max() <= 1
+
+
+def test_images_render_the_logits_at_the_configs_sharpness():
+    """sigmoid(s * logits), s from the config; at s = 1 the decoder's plain means, bit for bit;
+    sharper: fewer grey pixels, the same bright and dark ones."""
+    model = create_model(presets.test())
+    variables = init_variables(model, jax.random.key(0))
+    z, labels = request_latents(2, tuple(range(10)), 4, latent_dim=4, temperature=1.0)
+    logits = model.apply(variables, z, labels, method="generate")
+    images = {s: create_sampler(model, presets.test().replace(pixel_sharpness=s), variables,
+                                block_rows=8).decode(z, labels) for s in (1.0, 2.0)}
+    np.testing.assert_array_equal(jax.jit(lambda x: pixel_means(x, 1.0))(logits),
+                                  jax.jit(jax.nn.sigmoid)(logits))
+    for s, image in images.items():
+        np.testing.assert_allclose(image.reshape(40, -1), jax.nn.sigmoid(s * logits),
+                                   rtol=1e-5, atol=1e-6)
+    assert ((images[1.0] > 0.5) == (images[2.0] > 0.5)).all()
+    grey = {s: ((image > 0.1) & (image < 0.9)).mean() for s, image in images.items()}
+    assert grey[2.0] < grey[1.0]
 
 
 def test_same_seed_same_png_bytes_and_geometry(sampler):

@@ -33,6 +33,8 @@ from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.evaluation.precision_recall import precision_recall
 
 FEATURES = 128
+# Pixels strictly between these are grey: a real stroke's anti-aliased edge, or a mean's blur.
+GREY_PIXELS = (0.1, 0.9)
 CLASSIFIER_VERSION = 1  # bump when the architecture or recipe changes: invalidates caches
 
 
@@ -187,12 +189,18 @@ def _per_digit_means(values: np.ndarray, labels: np.ndarray) -> list[float]:
             for digit in range(NUM_CLASSES)]
 
 
+def grey_share(images: np.ndarray) -> float:
+    """The fraction of pixels that are grey (`GREY_PIXELS`): what `--pixel-sharpness` moves."""
+    pixels = _as_float(images)
+    return float(((pixels > GREY_PIXELS[0]) & (pixels < GREY_PIXELS[1])).mean())
+
+
 def score_images(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarray,
                  *, reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
     """Accuracy w.r.t. `labels` and Fréchet distance to the reference features, overall and per
-    digit, and k-NN precision, recall and coverage against the reference features:
-    {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10], "precision",
-    "recall", "coverage"}."""
+    digit, k-NN precision, recall and coverage against the reference features, and the share of
+    grey pixels: {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10],
+    "precision", "recall", "coverage", "grey_share"}."""
     labels, reference_labels = np.asarray(labels), np.asarray(reference_labels)
     logits, features = classifier.logits_and_features(images)
     correct = logits.argmax(axis=1) == labels
@@ -204,7 +212,7 @@ def score_images(classifier: TrainedClassifier, images: np.ndarray, labels: np.n
     return {"accuracy": float(correct.mean()),
             "accuracy_per_digit": _per_digit_means(correct, labels),
             "fd": frechet_distance(features, reference_features), "fd_per_digit": per_digit_fd,
-            **precision_recall(reference_features, features)}
+            **precision_recall(reference_features, features), "grey_share": grey_share(images)}
 
 
 def reference_scores(classifier: TrainedClassifier, test_images: np.ndarray,

@@ -48,7 +48,7 @@ def report_shapes() -> dict[str, tuple[int, int]]:
 
 def _decode_soft(model: CVAE, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
     logits = model.apply(variables, z, onehot, method="decode_onehot")
-    return np.asarray(pixel_means(logits)).reshape(-1, *IMAGE_SHAPE)
+    return np.asarray(pixel_means(logits, model.config.pixel_sharpness)).reshape(-1, *IMAGE_SHAPE)
 
 
 def _posterior_means(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray):

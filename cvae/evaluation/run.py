@@ -77,6 +77,7 @@ class EvalOptions:
     iwae_limit: int = 0  # the IWAE bounds on the first N of those only (0 = all): cheap ranking
     samples_per_digit: int = 500  # generated digits per label for the fidelity scores
     seed: int = 0  # binarisation, importance samples, generated samples, report picks
+    pixel_sharpness: float | None = None  # render at this instead of the checkpoint's own
     fidelity: bool = True
     classifier_dir: str | None = None  # default <data-dir>/classifier
     report_dir: str | None = None  # default: beside --json; None and no --json = no reports
@@ -222,8 +223,9 @@ def summary_table(results: dict) -> str:
                   f"  {'':<14}{'samples':>10}{'real test':>11}",
                   f"  {'accuracy':<14}{samples['accuracy']:>10.4f}{real['accuracy']:>11.4f}",
                   f"  {'Fréchet dist.':<14}{samples['fd']:>10.2f}{real['fd']:>11.2f}",
-                  *(f"  {name:<14}{samples[name]:>10.4f}{real[name]:>11.4f}"
-                    for name in ("precision", "recall", "coverage"))]
+                  *(f"  {name:<14}{samples[key]:>10.4f}{real[key]:>11.4f}"
+                    for name, key in (("precision", "precision"), ("recall", "recall"),
+                                      ("coverage", "coverage"), ("grey pixels", "grey_share")))]
         for digit in range(NUM_CLASSES):
             lines.append(f"  {'  digit ' + str(digit):<14}"
                          f"{samples['accuracy_per_digit'][digit]:>10.4f}"
@@ -258,6 +260,15 @@ def _finite(value):
     return value
 
 
+def rendered_at(checkpoint, sharpness: float | None):
+    """The checkpoint with its images rendered at `sharpness` (None: as its config says): the
+    weights and every bound are the same, only what the pixels look like changes."""
+    if sharpness is None:
+        return checkpoint
+    return dataclasses.replace(checkpoint,
+                               config=checkpoint.config.replace(pixel_sharpness=sharpness))
+
+
 def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions, *,
              json_path: str | Path | None = None, baseline_dir: str | Path | None = None) -> dict:
     """`cvae eval`: score the newest checkpoint in `checkpoint_dir`, print the table, write the
@@ -265,7 +276,7 @@ def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOpti
     if baseline_dir and not options.fidelity:
         raise ConfigError("--baseline-dir: compares sample fidelity, so it cannot go with "
                           "--no-fidelity")
-    checkpoint = load_trained_model(checkpoint_dir)
+    checkpoint = rendered_at(load_trained_model(checkpoint_dir), options.pixel_sharpness)
     data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
     classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
     baseline = load_trained_model(baseline_dir) if baseline_dir else None

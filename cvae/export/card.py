@@ -197,6 +197,7 @@ def _snippets(facts: CardFacts) -> str:
     layers = facts.config.stochastic_layers
     ladder = (f" (all {layers} layers of the ladder, the top layer's first)" if layers > 1
               else "")
+    sharpness = f"{facts.config.pixel_sharpness:g}"
     return f'''## Use it
 
 Each snippet runs as written in this folder.
@@ -216,7 +217,8 @@ with open("sevens.png", "wb") as file:
 ```
 
 With only `onnxruntime` and `numpy`: `sample.onnx` maps noise ~ N(0, t^2 I) of
-{latent} dimensions{ladder} and a label to pixels in [0, 1].
+{latent} dimensions{ladder} and a label to pixels in [0, 1], sigmoid({sharpness} x the decoder's
+logits) (`pixel_sharpness` in `config.json`; 1 would be the decoder's plain means).
 
 ```python
 import numpy as np

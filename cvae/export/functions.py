@@ -99,7 +99,7 @@ def onnx_functions(sampler) -> list[Portable]:
         else:
             logits = model.apply(variables, through_prior(noise, labels), labels,
                                  method="decode")
-        return pixel_means(logits).reshape(-1, 28, 28)
+        return pixel_means(logits, config.pixel_sharpness).reshape(-1, 28, 28)
 
     fns = {"sample": sample,
            "encode": lambda images, labels: sampler.encode_fn(variables, images, labels),

@@ -226,12 +226,14 @@ def create_model(config: Config):
     return CVAE(config)
 
 
-def pixel_means(logits: jax.Array) -> jax.Array:
-    """Decoder output -> expected pixel intensities in [0, 1].
+def pixel_means(logits: jax.Array, sharpness: float = 1.0) -> jax.Array:
+    """Decoder output -> pixel intensities in [0, 1]: the expected ones at sharpness 1.
 
-    The same for both likelihoods: the Gaussian mean is sigmoid-squashed too.
+    The same for both likelihoods: the Gaussian mean is sigmoid-squashed too. Every image shown
+    renders at the config's `pixel_sharpness` (for the Bernoulli decoder, its means at
+    temperature 1/s: a sample's mean blurs over the decoder's doubt; docs/training.md).
     """
-    return jax.nn.sigmoid(logits)
+    return jax.nn.sigmoid(sharpness * logits)
 
 
 def init_variables(model: CVAE, key: jax.Array) -> dict:

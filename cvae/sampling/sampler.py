@@ -48,7 +48,7 @@ def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Cal
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        return pixel_means(logits).reshape(-1, *IMAGE_SHAPE)
+        return pixel_means(logits, config.pixel_sharpness).reshape(-1, *IMAGE_SHAPE)
 
     return decode
 
