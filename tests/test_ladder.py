@@ -110,7 +110,8 @@ def test_transfers_and_walks_decode_the_top_layers_codes(ladder):
     codes = transfers[0]
     model = create_model(sampler.config)
     expected = pixel_means(model.apply(sampler.variables, codes.z, codes.labels,
-                                       method="decode")).reshape(-1, 28, 28)
+                                       method="decode"),
+                           sampler.config.pixel_sharpness).reshape(-1, 28, 28)
     np.testing.assert_allclose(sampler.decode_codes(codes.z, codes.labels), expected, atol=1e-6)
     # Codes keep their bits whatever they are decoded with.
     every = [*transfers, *walks]

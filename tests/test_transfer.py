@@ -29,7 +29,8 @@ def test_codes_are_decoded_by_the_model_as_they_are(sampler, trained_run):
     [codes] = transfer_latents([TransferRequest(image, label, DIGITS, 0, 0)], sampler)
     model = create_model(sampler.config)
     direct = pixel_means(model.apply(sampler.variables, codes.z, codes.labels,
-                                     method=CVAE.decode)).reshape(-1, 28, 28)
+                                     method=CVAE.decode),
+                         sampler.config.pixel_sharpness).reshape(-1, 28, 28)
     np.testing.assert_allclose(sampler.decode_codes(codes.z, codes.labels), direct, atol=1e-6)
 
 
