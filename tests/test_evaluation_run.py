@@ -96,3 +96,29 @@ def test_eval_baseline_needs_fidelity(trained_run, tmp_path, capsys):
                  str(tmp_path), "--no-fidelity", "--baseline-dir", str(trained_run.directory)])
     assert code != 0
     assert "--baseline-dir" in capsys.readouterr().err
+
+
+def test_eval_pixel_sharpness_redraws_the_pictures_and_keeps_the_bounds(trained_run, tmp_path,
+                                                                        capsys):
+    """--pixel-sharpness 3 draws the samples sharper than the checkpoint's own (its baseline
+    here: the same run as it is), and every bound is the one of an eval without the flag."""
+    data_dir = tmp_path / "data"
+    write_synthetic_idx(data_dir, num_train=512, num_test=64)
+    common = ["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
+              str(data_dir), "--iwae-k", "4", "--iwae-limit", "8", "--iwae-k-marginal", "2",
+              "--samples-per-digit", "6", "--report-dir", str(tmp_path / "reports")]
+    sharp, plain = tmp_path / "sharp.json", tmp_path / "plain.json"
+    assert main([*common, "--pixel-sharpness", "3", "--baseline-dir",
+                 str(trained_run.directory), "--json", str(sharp)]) == 0
+    assert main([*common, "--no-fidelity", "--json", str(plain)]) == 0
+    sharp, plain = json.loads(sharp.read_text()), json.loads(plain.read_text())
+    for name in ("elbo", "iwae"):  # every figure but the time each took
+        assert ({k: v for k, v in sharp[name].items() if k != "seconds"}
+                == {k: v for k, v in plain[name].items() if k != "seconds"})
+    fid = sharp["fidelity"]
+    assert fid["samples"]["grey_share"] < fid["baseline"]["samples"]["grey_share"]
+    assert "grey pixels" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main([*common, "--pixel-sharpness", "0"])
+    assert refused.value.code == 2
+    assert "--pixel-sharpness: 0.0 is outside (0, 10]" in capsys.readouterr().err
