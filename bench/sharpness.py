@@ -3,18 +3,19 @@
     python -m bench.sharpness --checkpoint-dirs A,B,C [--sharpness 1,1.1,1.2,1.3,1.4]
         [--data-dir data] [--samples-per-digit 500] [--json FILE] [--out FILE.md]
 
-Rendering never changes what a model learnt, so this needs no training: each checkpoint's
-samples (`cvae eval`'s, 500 a digit, seed 0) and its reconstructions of the even half of the
-test set are drawn once at sharpness 1 and re-rendered at every sharpness s as
-sigmoid(s * logit(image)), then scored by the same classifier against the same reference half
-as `cvae eval` (`cvae eval --pixel-sharpness s` gives the same figures to rounding, one s a
-run), with their share of grey pixels beside the real digits' (training and test). The table
-gives the median over the checkpoints (e.g. the three seeds of a lever) of each figure.
+Rendering never changes what a model learnt, so this needs no training: each checkpoint is
+rendered at every sharpness s as `cvae eval --pixel-sharpness s` renders it
+(`cvae.evaluation.run.rendered_at`), and its samples (`cvae eval`'s, 500 a digit, seed 0) and
+its reconstructions of the even half of the test set are scored by the same classifier against
+the same reference half, with their share of grey pixels beside the real digits' (training and
+test): `cvae eval`'s figures, one checkpoint loaded once for every s. The table gives the
+median over the checkpoints (e.g. the three seeds of a lever) of each figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity, reconstructions
-from cvae.evaluation.run import EvalOptions
+from cvae.evaluation.run import EvalOptions, rendered_at
 from cvae.model.networks import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling.sampler import create_sampler
@@ -33,32 +34,21 @@ COLUMNS = ("accuracy", "fd", "precision", "recall", "grey_share", "recon_fd", "r
            "recon_grey_share")
 
 
-def resharpened(images: np.ndarray, sharpness: float) -> np.ndarray:
-    """Images rendered at sharpness 1 -> the same logits rendered at `sharpness`."""
-    pixels = np.clip(images.astype(np.float64), 1e-12, 1 - 1e-12)
-    logits = np.log(pixels) - np.log1p(-pixels)
-    return (1 / (1 + np.exp(-sharpness * logits))).astype(np.float32)
-
-
-def sweep(checkpoint_dir: str, data, classifier, sharpnesses, per_digit: int) -> dict:
-    """{s: {column: value}} for one checkpoint."""
+def sweep(checkpoint_dir: str, data, classifier, reference, sharpnesses, per_digit: int) -> dict:
+    """{s: {column: value}} for one checkpoint; `reference`: the odd half's features."""
     checkpoint = load_trained_model(checkpoint_dir)
-    config = checkpoint.config.replace(pixel_sharpness=1.0)
-    sampler = create_sampler(create_model(config), config, checkpoint.variables,
-                             step=checkpoint.step, block_rows=500)
     images, labels = data.test_images, np.asarray(data.test_labels)
-    _, reference = classifier.logits_and_features(images[1::2])
-    samples = sampler.sample_images(None, per_digit, EvalOptions().seed)
     sample_labels = np.repeat(np.arange(NUM_CLASSES), per_digit)
-    rebuilt = reconstructions.reconstruct(sampler, images[0::2], labels[0::2])
+    score = functools.partial(fidelity.score_images, classifier, reference_features=reference,
+                              reference_labels=labels[1::2])
     scored = {}
     for s in sharpnesses:
-        mine = fidelity.score_images(classifier, resharpened(samples, s), sample_labels,
-                                     reference_features=reference,
-                                     reference_labels=labels[1::2])
-        theirs = fidelity.score_images(classifier, resharpened(rebuilt, s), labels[0::2],
-                                       reference_features=reference,
-                                       reference_labels=labels[1::2])
+        rendered = rendered_at(checkpoint, s)
+        sampler = create_sampler(create_model(rendered.config), rendered.config,
+                                 rendered.variables, step=rendered.step, block_rows=500)
+        mine = score(sampler.sample_images(None, per_digit, EvalOptions().seed), sample_labels)
+        theirs = score(reconstructions.reconstruct(sampler, images[0::2], labels[0::2]),
+                       labels[0::2])
         scored[s] = {**{k: mine[k] for k in COLUMNS[:5]}, "recon_fd": theirs["fd"],
                      "recon_recall": theirs["recall"], "recon_grey_share": theirs["grey_share"]}
         print(f"{checkpoint_dir} s={s}: " + ", ".join(f"{k} {v:.4f}" for k, v in
@@ -93,7 +83,9 @@ def main() -> None:
     classifier = fidelity.load_or_train_classifier(data, str(Path(args.data_dir) / "classifier"))
     real = {"train": fidelity.grey_share(data.train_images),
             "test": fidelity.grey_share(data.test_images)}
-    results = {d: sweep(d, data, classifier, sharpnesses, args.samples_per_digit) for d in dirs}
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    results = {d: sweep(d, data, classifier, reference, sharpnesses, args.samples_per_digit)
+               for d in dirs}
     text = table(results, real)
     print(text)
     if args.out:
