@@ -230,9 +230,12 @@ def test_killed_process_stops_the_other_then_two_processes_resume(data_dir, refe
     killed_at = time.monotonic()
     output, _ = launcher.communicate(timeout=EXIT_BOUND * 4)
     assert time.monotonic() - killed_at < EXIT_BOUND, output[-3000:]
-    assert launcher.returncode == 128 + signal.SIGKILL
+    assert launcher.returncode == 128 + signal.SIGKILL, output[-3000:]
     assert "cvae launch: process 1 of 2 failed (killed by SIGKILL)" in output
-    assert "cvae train: error: process 0 of 2:" in output  # the survivor's own message
+    # The survivor fails its next collective and says so, or, when it was between collectives
+    # as the heartbeat timeout ran out, JAX's coordination service stops it.
+    assert ("cvae train: error: process 0 of 2:" in output
+            or "the JAX distributed service detected fatal errors" in output), output[-3000:]
     assert not alive(survivor)
     code, output = launch(data_dir, tmp_path)
     assert code == 0, output[-3000:]

@@ -8,7 +8,9 @@ each i, and then only watches:
 - SIGINT/SIGTERM are forwarded to every process: they agree to stop after the current chunk,
   save one checkpoint together and exit 0; a second signal kills them;
 - when one process fails, the others are sent SIGTERM and, after `grace` seconds, SIGKILL; the
-  launcher exits with the failed process's code and one line naming it;
+  launcher exits with the code of the process that failed first and one line naming it (the
+  others' failures followed from it: a collective that lost its peer, or JAX's coordination
+  service stopping them after the heartbeat timeout);
 - each process is asked by the kernel to take SIGTERM if the launcher itself dies (Linux).
 """
 
@@ -87,6 +89,8 @@ class Launcher:
         self.address = f"{host}:{free_port(host)}"
         self.processes: list[subprocess.Popen] = []
         self.signals_received = 0
+        self.polls = 0
+        self.failed_at: dict[int, int] = {}  # process index -> the poll that first saw it fail
 
     def start(self) -> None:
         for index in range(self.count):
@@ -123,15 +127,30 @@ class Launcher:
                 process.wait()
 
     def failure(self) -> tuple[int, int] | None:
-        """(index, return code) of the process whose failure caused the others', if any."""
-        failed = [(i, p.returncode) for i, p in enumerate(self.processes)
-                  if p.returncode not in (None, 0)]
-        # Processes that stopped because a peer failed say so with EXIT_PEER_FAILED.
-        return min(failed, key=lambda f: (f[1] == EXIT_PEER_FAILED, f[0]), default=None)
+        """(index, return code) of the process whose failure caused the others', if any.
+
+        Processes that stopped because a peer failed say so with EXIT_PEER_FAILED; the rest
+        are ranked by the poll that first saw them fail, so a survivor that JAX's coordination
+        service stops (SIGABRT) after a peer was killed is not reported in the peer's place.
+        """
+        return min(((i, self.processes[i].returncode) for i in self.failed_at),
+                   key=lambda f: (f[1] == EXIT_PEER_FAILED, self.failed_at[f[0]], f[0]),
+                   default=None)
+
+    def poll(self) -> bool:
+        """Whether any process still runs; notes the poll at which each failure was first seen."""
+        self.polls += 1
+        running = False
+        for index, process in enumerate(self.processes):
+            code = process.poll()
+            running |= code is None
+            if code not in (None, 0):
+                self.failed_at.setdefault(index, self.polls)
+        return running
 
     def watch(self) -> int:
         deadline = None
-        while any(p.poll() is None for p in self.processes):
+        while self.poll():
             if deadline is None and self.failure() is not None:
                 self.send(signal.SIGTERM)
                 deadline = time.monotonic() + self.grace

@@ -1,0 +1,48 @@
+"""`cvae launch`'s watcher with real child processes: which failure it reports, and how."""
+
+import subprocess
+import sys
+
+import pytest
+
+from cvae.training.launch import EXIT_PEER_FAILED, Launcher
+
+# Each child: sleep, then end in the given way. Like `cvae train`, which finishes its chunk
+# first, it outlives the launcher's SIGTERM.
+ABORT, KILL = "os.abort()", "os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def child(delay: float, ending: str) -> list[str]:
+    return [sys.executable, "-c", "import os, signal, sys, time; "
+            f"signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep({delay}); {ending}"]
+
+
+class Scripted(Launcher):
+    """The launcher's own watching, over scripted children instead of `cvae train`."""
+
+    def __init__(self, commands: list[list[str]]):
+        super().__init__(len(commands), [], grace=5.0)
+        self.commands = commands
+
+    def start(self) -> None:
+        self.processes = [subprocess.Popen(command) for command in self.commands]
+
+
+@pytest.mark.parametrize("commands, status, line", [
+    # JAX's coordination service aborts the survivor after the killed peer: the peer is named.
+    ([child(1.0, ABORT), child(0.0, KILL)], 137, "process 1 of 2 failed (killed by SIGKILL)"),
+    # A process that says its peer failed is never the one named, even when it exits first.
+    ([child(0.0, f"sys.exit({EXIT_PEER_FAILED})"), child(1.0, "sys.exit(1)")], 1,
+     "process 1 of 2 failed (exit code 1)"),
+    # Failures seen in the same poll: the lower index.
+    ([child(0.0, "sys.exit(3)"), child(0.0, "sys.exit(3)")], 3,
+     "process 0 of 2 failed (exit code 3)"),
+])
+def test_the_launcher_names_the_process_that_failed_first(commands, status, line, capsys):
+    assert Scripted(commands).run() == status
+    assert capsys.readouterr().err == f"cvae launch: {line}; stopped the others\n"
+
+
+def test_the_launcher_exits_0_when_every_process_does(capsys):
+    assert Scripted([child(0.0, "sys.exit(0)"), child(0.2, "sys.exit(0)")]).run() == 0
+    assert capsys.readouterr().err == ""
