@@ -118,6 +118,12 @@ LEVERS: dict[str, list[str]] = {
     # The same, sampling from an exponential moving average of the weights.
     "ema-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
                                   "--ema-decay", "0.999"],
+    # The convolutional encoder and decoder (its backward pass as matrix products): a screen
+    # of 5 epochs (134 s), then as many epochs as fit the 5 minutes.
+    "conv-59k-5": DEFAULT_59K + ["--architecture", "conv", "--epochs", "5",
+                                 "--pixel-sharpness", "1.3"],
+    "conv-59k-11": DEFAULT_59K + ["--architecture", "conv", "--epochs", "11",
+                                  "--pixel-sharpness", "1.3"],
     # Few labels (30 minutes a run; the seed picks the labelled set): q(y|x)'s test error is
     # their column. `--iwae-k 0 --iwae-k-marginal 0` keeps their scoring to the classifier and
     # the samples. SEMI_M2 is M2 with shifts and consistency, `--preset semi` until VAT.

@@ -83,9 +83,10 @@ def log_weights_fn(model, variables: dict, likelihood: str) -> Callable:
 def create_bayes_classify_fn(model, likelihood: str = "bernoulli",
                              num_samples: int = BAYES_SAMPLES) -> Callable:
     """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> p(y | x) f32[B, 10]`: the
-    ten labels' IWAE bounds on log p(x | y) in one batched pass (`objectives.per_label_bounds`,
-    common draws), normalised under a uniform p(y). The draws are fixed (seed 0, one noise
-    vector per sample and row), so a row's reading does not depend on its neighbours."""
+    ten labels' IWAE bounds on log p(x | y) in one call, a label at a time
+    (`objectives.per_label_bounds`, common draws), normalised under a uniform p(y). The draws
+    are fixed (seed 0, one noise vector per sample and row), so a row's reading does not
+    depend on its neighbours."""
 
     @jax.jit
     def classify(variables, images):

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.model import learned_prior
+from cvae.model import convolution, learned_prior
 from cvae.model import prior as prior_lib
 from cvae.config import NUM_CLASSES, Config
 from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE
@@ -62,8 +62,8 @@ def image_features(images: jax.Array, architecture: str, act: Callable) -> jax.A
     if architecture != "conv":
         return images
     h = images.reshape(-1, *IMAGE_SHAPE, 1)
-    h = act(nn.Conv(32, (3, 3), strides=2)(h))  # 14x14
-    h = act(nn.Conv(64, (3, 3), strides=2)(h))  # 7x7
+    h = act(convolution.Conv(32)(h))  # 14x14
+    h = act(convolution.Conv(64)(h))  # 7x7
     return h.reshape(h.shape[0], -1)
 
 
@@ -101,8 +101,8 @@ class Decoder(nn.Module):
             h = jnp.concatenate([h, onehot], axis=-1)
         if cfg.architecture == "conv":
             h = act(nn.Dense(7 * 7 * 64)(h)).reshape(-1, 7, 7, 64)
-            h = act(nn.ConvTranspose(32, (3, 3), strides=(2, 2))(h))  # 14x14
-            h = nn.ConvTranspose(1, (3, 3), strides=(2, 2))(h)  # 28x28
+            h = act(convolution.ConvTranspose(32)(h))  # 14x14
+            h = convolution.ConvTranspose(1)(h)  # 28x28
             return h.reshape(h.shape[0], IMAGE_PIXELS)
         return nn.Dense(IMAGE_PIXELS)(h)
 

@@ -22,7 +22,7 @@ each parameter its own part. Parameters used in both roles (a VampPrior's encode
 VAE's top-down network) get the sum of both parts, which is the chain rule over the two uses.
 
 Bayes' rule: a model trained with every label reads a digit as argmax_y log p(x | y) (a uniform
-p(y)), each label's log p(x | y) bounded by IWAE_K, all ten labels in one batched pass.
+p(y)), each label's log p(x | y) bounded by IWAE_K, all ten labels in one call.
 """
 
 from __future__ import annotations
@@ -122,18 +122,21 @@ def model_log_weights(model, variables: dict, *, images: jax.Array, labels: jax.
 
 def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Array
                      ) -> jax.Array:
-    """IWAE_K bound on log p(x | y) for every label y: f32[B, 10], in one batched pass.
+    """IWAE_K bound on log p(x | y) for every label y: f32[B, 10], in one call.
 
     log_weights_fn(images f32[R, ...], labels i32[R], noise f32[K, R, ...]) -> f32[K, R];
     images f32[B, ...]; noise f32[K, B, ...] is shared by the ten labels of an image (common
-    random numbers: the labels' bounds differ by the model, not by the draws). Row b * 10 + y of
-    the pass is image b with label y.
+    random numbers: the labels' bounds differ by the model, not by the draws). The labels take
+    their turn in a compiled loop (`lax.map`), so the memory is one label's K x B decoder rows,
+    not ten labels': a convolutional decoder's maps for a block of 1,024 digits would
+    otherwise take tens of GB.
     """
     b = images.shape[0]
-    repeated = jnp.repeat(images, NUM_CLASSES, axis=0)
-    labels = jnp.tile(jnp.arange(NUM_CLASSES, dtype=jnp.int32), b)
-    log_weights = log_weights_fn(repeated, labels, jnp.repeat(noise, NUM_CLASSES, axis=1))
-    return iwae_bound(log_weights).reshape(b, NUM_CLASSES)
+
+    def one_label(label):
+        return iwae_bound(log_weights_fn(images, jnp.full((b,), label, jnp.int32), noise))
+
+    return jax.lax.map(one_label, jnp.arange(NUM_CLASSES, dtype=jnp.int32)).T
 
 
 def bayes_classify(label_bounds: jax.Array) -> tuple[jax.Array, jax.Array]:
