@@ -2,8 +2,9 @@
 
 `--architecture conv` trains through a `lax.scan` of steps, and inside that loop XLA:CPU emits
 the convolutions of the backward pass (the kernel's gradient and the transposed input
-gradient) as plain loops rather than its fast convolution kernels: a step took about 5x as
-long inside the loop as outside it (docs/model.md, "The convolutional encoder and decoder").
+gradient) as plain loops rather than its fast convolution kernels: a step took about 4x as
+long inside the loop as outside it (`python -m bench.conv_step`; docs/model.md, "The
+convolutional encoder and decoder").
 So the forward pass here is `flax.linen.Conv` / `flax.linen.ConvTranspose`'s own convolution
 (3x3 kernel, stride 2, "SAME" padding, kernel not flipped: the same values, bit for bit, and
 the same parameters under the same names, so checkpoints move between the two), and the
