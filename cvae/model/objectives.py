@@ -128,8 +128,8 @@ def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Arr
     images f32[B, ...]; noise f32[K, B, ...] is shared by the ten labels of an image (common
     random numbers: the labels' bounds differ by the model, not by the draws). The labels take
     their turn in a compiled loop (`lax.map`), so the memory is one label's K x B decoder rows,
-    not ten labels': a convolutional decoder's maps for a block of 1,024 digits would
-    otherwise take tens of GB.
+    not ten labels': all ten at once, a convolutional decoder's maps for a block of 1,024
+    digits took about 6 GB of scratch, and the sampler's start-up ran out of memory.
     """
     b = images.shape[0]
 
