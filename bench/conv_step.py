@@ -28,7 +28,7 @@ BATCH = 128
 
 def flax_gradient() -> dict:
     """`convolution.CONVOLVE` with JAX's own gradient of the same convolutions."""
-    return {transpose: functools.partial(convolution._as_flax, transpose=transpose)
+    return {transpose: functools.partial(convolution.as_flax, transpose=transpose)
             for transpose in (False, True)}
 
 

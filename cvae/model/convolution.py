@@ -47,15 +47,14 @@ def _as_matmul(x: jax.Array, kernel: jax.Array, *, transpose: bool) -> jax.Array
         spread = lax.pad(x, jnp.zeros((), x.dtype),
                          ((0, 0, 0), (2, 1, STRIDE - 1), (2, 1, STRIDE - 1), (0, 0, 0)))
         patches = _patches(spread, (STRIDE * h, STRIDE * w), 1)
-    else:  # "SAME": the padding the window needs, the odd one at the high end
-        out = (-(-h // STRIDE), -(-w // STRIDE))
-        pads = [max((o - 1) * STRIDE + KERNEL - n, 0) for o, n in zip(out, (h, w))]
-        padded = jnp.pad(x, ((0, 0), *((p // 2, p - p // 2) for p in pads), (0, 0)))
-        patches = _patches(padded, out, STRIDE)
+    else:  # "SAME", padded as lax.conv_general_dilated pads
+        pads = lax.padtype_to_pads((h, w), (KERNEL, KERNEL), (STRIDE, STRIDE), "SAME")
+        padded = jnp.pad(x, ((0, 0), *pads, (0, 0)))
+        patches = _patches(padded, (-(-h // STRIDE), -(-w // STRIDE)), STRIDE)
     return patches @ kernel.reshape(-1, kernel.shape[-1])
 
 
-def _as_flax(x: jax.Array, kernel: jax.Array, *, transpose: bool) -> jax.Array:
+def as_flax(x: jax.Array, kernel: jax.Array, *, transpose: bool) -> jax.Array:
     """The convolution as flax.linen computes it (no bias)."""
     if transpose:
         return lax.conv_transpose(x, kernel, (STRIDE, STRIDE), "SAME",
@@ -69,7 +68,7 @@ def _with_matmul_gradient(*, transpose: bool) -> Callable:
 
     @jax.custom_vjp
     def convolve(x, kernel):
-        return _as_flax(x, kernel, transpose=transpose)
+        return as_flax(x, kernel, transpose=transpose)
 
     def forward(x, kernel):
         return convolve(x, kernel), (x, kernel)

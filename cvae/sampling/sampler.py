@@ -101,8 +101,8 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
 def create_classify_fn(model: CVAE) -> Callable | None:
     """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> p(y|x) f32[B, 10]`: the
     classifier q(y|x) of a model trained with `--labels N`; for a model trained with every
-    label, Bayes' rule on its own bounds on log p(x|y), the ten labels in one batched pass with
-    fixed draws (`cvae.model.log_weights.create_bayes_classify_fn`)."""
+    label, Bayes' rule on its own bounds on log p(x|y), the ten labels in one call (a label at
+    a time) with fixed draws (`cvae.model.log_weights.create_bayes_classify_fn`)."""
     if not model.has_classifier:
         return create_bayes_classify_fn(model, model.config.likelihood)
 
