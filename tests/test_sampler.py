@@ -100,3 +100,20 @@ def test_a_block_size_only_classify_cannot_keep_stays_for_drawing():
     assert sampler.classify_block_sizes == (8,) and sampler.dropped_classify_blocks == (16,)
     images = np.zeros((20, 28, 28), np.uint8)
     np.testing.assert_array_equal(sampler.classify(images), np.full((20, 10), 0.1, np.float32))
+
+
+@pytest.mark.parametrize("labels, reads_with", [("all", (64,)), ("20", (64, 128, 256, 512, 1024))])
+def test_bayes_rule_reads_with_one_checked_block_size_and_q_with_all(labels, reads_with):
+    """Bayes' rule (every label) is checked and read in the smallest block only (the service
+    reads one picture a request); a row's reading has the same bits alone or among 70 others.
+    A few-label model's q(y|x) keeps every size."""
+    config = presets.test().replace(labels=labels)
+    model = create_model(config)
+    sampler = create_sampler(model, config, init_variables(model, jax.random.key(0)))
+    assert sampler.classify_block_sizes == reads_with
+    sampler.check_blocks()  # keeps those of them that give this CPU's rows one set of bits
+    assert set(sampler.classify_block_sizes) <= {*reads_with, 1}
+    images = np.random.default_rng(0).integers(0, 256, (71, 28, 28), dtype=np.uint8)
+    together = sampler.classify(images)
+    for row in (0, 63, 64, 70):
+        np.testing.assert_array_equal(together[row], sampler.classify(images[row:row + 1])[0])
