@@ -249,8 +249,7 @@ class Sampler:
 
     @property
     def has_classifier(self) -> bool:
-        """Whether `classify` is the model's own q(y|x) (a `--labels N` model), not Bayes'
-        rule."""
+        """Whether `classify` is a `--labels N` model's own q(y|x), not Bayes' rule."""
         return self.classify_fn is not None and create_model(self.config).has_classifier
 
     @property
@@ -259,8 +258,7 @@ class Sampler:
         return IMAGE_PIXELS
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Prior draws f32[B, noise_dim], i32[B] -> f32[B, 28, 28], through the blocks `plan_blocks`
-        chooses."""
+        """Prior draws f32[B, noise_dim], i32[B] -> f32[B, 28, 28], in `plan_blocks`' blocks."""
         return self._decode_blocks(self.decode_fn, z, labels)
 
     def decode_codes(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -390,19 +388,13 @@ def load_sampler(checkpoint_dir, step: int | None = None,
 def create_sampler(model: CVAE, config: Config, variables: dict, *, step: int = 0,
                    block_rows: int | None = None) -> Sampler:
     """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`).
-
-    Bayes' rule (a model trained with every label) reads with the smallest size only: the
-    service reads one picture a request with it, and checking every size cost about 19 of the
-    23 s of the default model's start-up on 2 cores (ten labels and their draws a row). A
-    few-label model's q(y|x) reads batches (a batch of transfers' labels) and is cheap: every
-    size.
-    """
+    Bayes' rule reads in the smallest only (one picture a request; checking every size was 19
+    of the default's 23 s start-up); q(y|x), cheap and read in batches, in every size."""
     blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
     reading_blocks = blocks if model.has_classifier else (min(blocks),)
     prior_fn = create_prior_fn(model, config)
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
     return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   classify_block_sizes=reading_blocks,
-                   encode_fn=create_encode_fn(model, config),
-                   code_decode_fn=code_decode_fn, prior_fn=prior_fn,
-                   classify_fn=create_classify_fn(model))
+                   encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
+                   prior_fn=prior_fn, classify_fn=create_classify_fn(model),
+                   classify_block_sizes=reading_blocks)
