@@ -8,6 +8,7 @@ from PIL import Image
 from cvae import presets
 from cvae.sampling.grid import grid_shape
 from cvae.model.networks import create_model, init_variables, pixel_means
+from cvae.sampling.blocks import DECODE_BLOCKS
 from cvae.sampling.sampler import create_sampler, draw_latents, grid_columns, request_latents
 
 
@@ -102,7 +103,8 @@ def test_a_block_size_only_classify_cannot_keep_stays_for_drawing():
     np.testing.assert_array_equal(sampler.classify(images), np.full((20, 10), 0.1, np.float32))
 
 
-@pytest.mark.parametrize("labels, reads_with", [("all", (64,)), ("20", (64, 128, 256, 512, 1024))])
+@pytest.mark.parametrize("labels, reads_with", [("all", (min(DECODE_BLOCKS),)),
+                                                ("20", DECODE_BLOCKS)])
 def test_bayes_rule_reads_with_one_checked_block_size_and_q_with_all(labels, reads_with):
     """Bayes' rule (every label) is checked and read in the smallest block only (the service
     reads one picture a request); a row's reading has the same bits alone or among 70 others.
