@@ -47,7 +47,8 @@ def cvae_losses(config):
 
     def elbo(params, x, y, key):
         logits, mean, logvar = model.apply({"params": params}, x, y, key)
-        return vae_loss(logits, x, mean, logvar, likelihood="bernoulli", kl_weight=1.0)[0]
+        return vae_loss(logits, x, mean=mean, logvar=logvar, likelihood="bernoulli",
+                        kl_weight=1.0)[0]
 
     def fns(params, x, y, noise):
         def sample_fn(p):
