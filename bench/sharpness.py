@@ -5,11 +5,11 @@
 
 Rendering never changes what a model learnt, so this needs no training: each checkpoint is
 rendered at every sharpness s as `cvae eval --pixel-sharpness s` renders it
-(`cvae.evaluation.run.rendered_at`), and its samples (`cvae eval`'s, 500 a digit, seed 0) and
-its reconstructions of the even half of the test set are scored by the same classifier against
-the same reference half, with their share of grey pixels beside the real digits' (training and
-test): `cvae eval`'s figures, one checkpoint loaded once for every s. The table gives the
-median over the checkpoints (e.g. the three seeds of a lever) of each figure.
+(`cvae.evaluation.run.rendered_at`), and its samples (`cvae eval`'s: 5,000 in the test labels'
+proportions, seed 0) and its reconstructions of the even half of the test set are scored by the
+same classifier against the same reference half, with their share of grey pixels beside the
+real digits' (training and test): `cvae eval`'s figures, one checkpoint loaded once for every s.
+The table gives the median over the checkpoints (e.g. the three seeds of a lever) of each figure.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity, reconstructions
-from cvae.evaluation.run import EvalOptions, rendered_at
+from cvae.evaluation.run import EvalOptions, eval_samples, rendered_at
 from cvae.model.networks import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling.sampler import create_sampler
@@ -38,7 +37,7 @@ def sweep(checkpoint_dir: str, data, classifier, reference, sharpnesses, per_dig
     """{s: {column: value}} for one checkpoint; `reference`: the odd half's features."""
     checkpoint = load_trained_model(checkpoint_dir)
     images, labels = data.test_images, np.asarray(data.test_labels)
-    sample_labels = np.repeat(np.arange(NUM_CLASSES), per_digit)
+    options = EvalOptions(samples_per_digit=per_digit)
     score = functools.partial(fidelity.score_images, classifier, reference_features=reference,
                               reference_labels=labels[1::2])
     scored = {}
@@ -46,7 +45,7 @@ def sweep(checkpoint_dir: str, data, classifier, reference, sharpnesses, per_dig
         rendered = rendered_at(checkpoint, s)
         sampler = create_sampler(create_model(rendered.config), rendered.config,
                                  rendered.variables, step=rendered.step, block_rows=500)
-        mine = score(sampler.sample_images(None, per_digit, EvalOptions().seed), sample_labels)
+        mine = score(*eval_samples(sampler, labels[1::2], options)[:2])
         theirs = score(reconstructions.reconstruct(sampler, images[0::2], labels[0::2]),
                        labels[0::2])
         scored[s] = {**{k: mine[k] for k in COLUMNS[:5]}, "recon_fd": theirs["fd"],

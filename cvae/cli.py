@@ -175,7 +175,10 @@ def add_eval_command(commands) -> None:
     evaluate.add_argument("--iwae-limit", type=bounded(int, 0), default=None,
                           help="the IWAE bounds on the first N of those only (default all)")
     evaluate.add_argument("--samples-per-digit", type=bounded(int, 2, 10000), default=None,
-                          help="generated digits per label for the fidelity scores (default 500)")
+                          help="generated digits per label, on average, for the fidelity "
+                               "scores (default 500; split as the test digits' labels are)")
+    evaluate.add_argument("--balanced-samples", action="store_true", default=None,
+                          help="exactly --samples-per-digit a label (the protocol before)")
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
                           help="binarisation, importance samples and generated samples (default 0)")
     evaluate.add_argument("--pixel-sharpness", type=bounded(float, 0, 10, low_open=True),

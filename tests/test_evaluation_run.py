@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from cvae.evaluation import reports
+from cvae.evaluation.fidelity import label_counts_like
 from cvae.cli import main
 from cvae.sampling.grid import grid_shape
 from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx
@@ -39,6 +40,9 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     fid = results["fidelity"]
     assert len(fid["samples"]["accuracy_per_digit"]) == 10
     assert 0 <= fid["samples"]["accuracy"] <= 1 and fid["real"]["fd"] >= 0
+    # 60 samples, split among the labels as the reference (odd) half's 32 digits are.
+    reference_labels = synthetic_dataset(512, 64).test_labels[1::2]
+    assert fid["samples"]["label_counts"] == label_counts_like(reference_labels, 60).tolist()
     assert (data_dir / "classifier").is_dir()  # cached beside the data
     rebuilt = fid["reconstructions"]
     assert rebuilt["digits"] == 32 and 0 <= rebuilt["recall"] <= 1
@@ -122,3 +126,44 @@ def test_eval_pixel_sharpness_redraws_the_pictures_and_keeps_the_bounds(trained_
         main([*common, "--pixel-sharpness", "0"])
     assert refused.value.code == 2
     assert "--pixel-sharpness: 0.0 is outside (0, 10]" in capsys.readouterr().err
+
+
+def test_balanced_samples_are_the_sampler_grid_of_n_a_digit_and_the_default_draws_the_data_mix(
+        trained_run):
+    """--balanced-samples scores exactly `sample_images(None, n, seed)` (the protocol before);
+    without it, each digit's samples are the first ones of the same digit's draw, as many as the
+    reference's proportions give it."""
+    from cvae.evaluation import fidelity
+    from cvae.evaluation.run import EvalOptions, sample_scores
+    from cvae.model.networks import create_model
+    from cvae.model.store import load_trained_model
+    from cvae.sampling.sampler import create_sampler
+
+    data = synthetic_dataset(512, 64)
+    classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
+    checkpoint = load_trained_model(trained_run.directory)
+    reference_labels = np.asarray(data.test_labels[1::2])
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    scored = {balanced: sample_scores(checkpoint, classifier, reference_features=reference,
+                                      reference_labels=reference_labels,
+                                      options=EvalOptions(samples_per_digit=6,
+                                                          balanced_samples=balanced))
+              for balanced in (True, False)}
+    sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
+                             checkpoint.variables, step=checkpoint.step, block_rows=500)
+    grid = sampler.sample_images(None, 6, 0)
+    expected = fidelity.score_images(classifier, grid, np.repeat(np.arange(10), 6),
+                                     reference_features=reference,
+                                     reference_labels=reference_labels)
+    # assert_equal: a digit with too few samples for a covariance has FD nan in both.
+    np.testing.assert_equal(scored[True], {**expected, "per_digit": 6, "label_counts": [6] * 10,
+                                           "temperature": 1.0})
+    counts = label_counts_like(reference_labels, 60)
+    assert scored[False]["label_counts"] == counts.tolist() and counts.sum() == 60
+    longest = sampler.sample_images(None, int(counts.max()), 0).reshape(10, -1, 28, 28)
+    mixed = np.concatenate([longest[digit, :n] for digit, n in enumerate(counts)])
+    expected = fidelity.score_images(classifier, mixed, np.repeat(np.arange(10), counts),
+                                     reference_features=reference,
+                                     reference_labels=reference_labels)
+    np.testing.assert_equal(scored[False], {**expected, "per_digit": 6,
+                                            "label_counts": counts.tolist(), "temperature": 1.0})

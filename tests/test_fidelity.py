@@ -21,6 +21,18 @@ def test_frechet_distance_of_known_gaussians():
     assert fidelity.frechet_distance(rng.normal(size=(20000, 1)), wide) == pytest.approx(1, abs=0.1)
 
 
+def test_label_counts_keep_the_reference_proportions_and_sum_to_the_total():
+    labels = np.repeat(np.arange(10), [529, 544, 531, 499, 502, 434, 459, 509, 508, 485])
+    assert fidelity.label_counts_like(labels, len(labels)).tolist() == np.bincount(labels).tolist()
+    for total in (10, 60, 97, 5000, 10000):
+        counts = fidelity.label_counts_like(labels, total)
+        assert counts.sum() == total
+        assert np.all(np.abs(counts - total * np.bincount(labels) / len(labels)) < 1)
+    # A label the reference lacks gets no samples.
+    assert fidelity.label_counts_like(np.array([0, 0, 1, 9]), 20).tolist() == [
+        10, 5, 0, 0, 0, 0, 0, 0, 0, 5]
+
+
 @pytest.fixture(scope="module")
 def classifier_and_data(tmp_path_factory):
     data = synthetic_dataset(num_train=512, num_test=200)

@@ -75,7 +75,8 @@ class EvalOptions:
     iwae_chunk: int = 100  # samples evaluated at once (bounds memory, not the result)
     test_limit: int = 0  # 0 = whole test set, N = the first N test examples
     iwae_limit: int = 0  # the IWAE bounds on the first N of those only (0 = all): cheap ranking
-    samples_per_digit: int = 500  # generated digits per label for the fidelity scores
+    samples_per_digit: int = 500  # generated digits per label, on average, for the fidelity scores
+    balanced_samples: bool = False  # exactly samples_per_digit a label, not the data's proportions
     seed: int = 0  # binarisation, importance samples, generated samples, report picks
     pixel_sharpness: float | None = None  # render at this instead of the checkpoint's own
     fidelity: bool = True
@@ -125,17 +126,29 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
+def eval_samples(sampler, reference_labels, options: EvalOptions):
+    """`cvae eval`'s samples (`options.seed`): 10 x `samples_per_digit` of them, each label's
+    count in the reference's label proportions, so that the samples and the reference are drawn
+    from the same p(y) (`fidelity.label_counts_like`); `balanced_samples`: exactly
+    `samples_per_digit` a label. Returns (images f32[N, 28, 28], labels i64[N], counts [10])."""
+    counts = (np.full(NUM_CLASSES, options.samples_per_digit) if options.balanced_samples else
+              fidelity.label_counts_like(reference_labels, NUM_CLASSES * options.samples_per_digit))
+    images = np.concatenate([sampler.sample_images(digit, int(n), options.seed)
+                             for digit, n in enumerate(counts) if n])
+    return images, np.repeat(np.arange(NUM_CLASSES), counts), counts
+
+
 def sample_scores(checkpoint, classifier, *, reference_features, reference_labels,
                   options: EvalOptions) -> dict:
-    """The checkpoint's samples (`samples_per_digit` per label, `options.seed`) scored."""
+    """The checkpoint's samples (`eval_samples`) scored against the reference."""
     sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
                              checkpoint.variables, step=checkpoint.step, block_rows=500)
-    samples = sampler.sample_images(None, options.samples_per_digit, options.seed)
-    sample_labels = np.repeat(np.arange(NUM_CLASSES), options.samples_per_digit)
+    samples, sample_labels, counts = eval_samples(sampler, reference_labels, options)
     scores = fidelity.score_images(classifier, samples, sample_labels,
                                    reference_features=reference_features,
                                    reference_labels=reference_labels)
-    return {**scores, "per_digit": options.samples_per_digit, "temperature": 1.0}
+    return {**scores, "per_digit": options.samples_per_digit, "label_counts": counts.tolist(),
+            "temperature": 1.0}
 
 
 def fidelity_metrics(checkpoint, images_u8, labels, *, options: EvalOptions, classifier,
