@@ -178,7 +178,8 @@ def add_eval_command(commands) -> None:
                           help="generated digits per label, on average, for the fidelity "
                                "scores (default 500; split as the test digits' labels are)")
     evaluate.add_argument("--balanced-samples", action="store_true", default=None,
-                          help="exactly --samples-per-digit a label (the protocol before)")
+                          help="exactly --samples-per-digit of every label, whatever the test "
+                               "labels' mix")
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
                           help="binarisation, importance samples and generated samples (default 0)")
     evaluate.add_argument("--pixel-sharpness", type=bounded(float, 0, 10, low_open=True),

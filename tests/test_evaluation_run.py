@@ -113,7 +113,7 @@ def test_eval_pixel_sharpness_redraws_the_pictures_and_keeps_the_bounds(trained_
               "--samples-per-digit", "6", "--report-dir", str(tmp_path / "reports")]
     sharp, plain = tmp_path / "sharp.json", tmp_path / "plain.json"
     assert main([*common, "--pixel-sharpness", "3", "--baseline-dir",
-                 str(trained_run.directory), "--json", str(sharp)]) == 0
+                 str(trained_run.directory), "--balanced-samples", "--json", str(sharp)]) == 0
     assert main([*common, "--no-fidelity", "--json", str(plain)]) == 0
     sharp, plain = json.loads(sharp.read_text()), json.loads(plain.read_text())
     for name in ("elbo", "iwae"):  # every figure but the time each took
@@ -121,6 +121,7 @@ def test_eval_pixel_sharpness_redraws_the_pictures_and_keeps_the_bounds(trained_
                 == {k: v for k, v in plain[name].items() if k != "seconds"})
     fid = sharp["fidelity"]
     assert fid["samples"]["grey_share"] < fid["baseline"]["samples"]["grey_share"]
+    assert fid["samples"]["label_counts"] == fid["baseline"]["samples"]["label_counts"] == [6] * 10
     assert "grey pixels" in capsys.readouterr().out
     with pytest.raises(SystemExit) as refused:
         main([*common, "--pixel-sharpness", "0"])
