@@ -23,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, eval_samples
+from cvae.evaluation.run import EvalOptions, eval_samples, sample_counts
 from cvae.model.networks import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling.sampler import create_sampler
@@ -38,12 +37,12 @@ WAYS = {"500 a digit": True, "the reference's label counts": False}
 def real_digits(data, classifier, reference, reference_labels, draws: int) -> dict:
     """{way: [scores of each draw]}: training digits standing in for a perfect model."""
     labels = np.asarray(data.train_labels)
+    counts_of = {way: sample_counts(reference_labels, EvalOptions(balanced_samples=balanced))
+                 for way, balanced in WAYS.items()}
     scored = {way: [] for way in WAYS}
     for draw in range(draws):
         rng = np.random.default_rng(draw)
-        for way, balanced in WAYS.items():
-            counts = (np.full(NUM_CLASSES, 500) if balanced else
-                      fidelity.label_counts_like(reference_labels, 500 * NUM_CLASSES))
+        for way, counts in counts_of.items():
             rows = np.concatenate([rng.choice(np.flatnonzero(labels == digit), n, replace=False)
                                    for digit, n in enumerate(counts)])
             scored[way].append(fidelity.score_images(
@@ -99,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                                                 args.draws)}
     per_checkpoint = {}
     for group in args.checkpoints:
-        name, _, dirs = group.partition("=")
-        scores = [model_samples(d, classifier, reference, reference_labels)
-                  for d in dirs.split(",") if d]
-        per_checkpoint.update(zip(dirs.split(","), scores))
+        name, _, listed = group.partition("=")
+        dirs = [d for d in listed.split(",") if d]
+        scores = [model_samples(d, classifier, reference, reference_labels) for d in dirs]
+        per_checkpoint.update(zip(dirs, scores))
         rows[name] = {way: [s[way] for s in scores] for way in WAYS}
     text = table(rows)
     print(text)

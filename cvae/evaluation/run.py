@@ -126,13 +126,20 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
-def eval_samples(sampler, reference_labels, options: EvalOptions):
-    """`cvae eval`'s samples (`options.seed`): 10 x `samples_per_digit` of them, each label's
+def sample_counts(reference_labels, options: EvalOptions) -> np.ndarray:
+    """How many samples of each label `cvae eval` scores: 10 x `samples_per_digit`, each label's
     count in the reference's label proportions, so that the samples and the reference are drawn
     from the same p(y) (`fidelity.label_counts_like`); `balanced_samples`: exactly
-    `samples_per_digit` a label. Returns (images f32[N, 28, 28], labels i64[N], counts [10])."""
-    counts = (np.full(NUM_CLASSES, options.samples_per_digit) if options.balanced_samples else
-              fidelity.label_counts_like(reference_labels, NUM_CLASSES * options.samples_per_digit))
+    `samples_per_digit` a label."""
+    if options.balanced_samples:
+        return np.full(NUM_CLASSES, options.samples_per_digit)
+    return fidelity.label_counts_like(reference_labels, NUM_CLASSES * options.samples_per_digit)
+
+
+def eval_samples(sampler, reference_labels, options: EvalOptions):
+    """`cvae eval`'s samples (`options.seed`), `sample_counts` of each label. Returns (images
+    f32[N, 28, 28], labels i64[N], counts [10])."""
+    counts = sample_counts(reference_labels, options)
     images = np.concatenate([sampler.sample_images(digit, int(n), options.seed)
                              for digit, n in enumerate(counts) if n])
     return images, np.repeat(np.arange(NUM_CLASSES), counts), counts
