@@ -118,6 +118,12 @@ LEVERS: dict[str, list[str]] = {
     # The same, sampling from an exponential moving average of the weights.
     "ema-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
                                   "--ema-decay", "0.999"],
+    # Today's default with a lighter KL (beta < 1): codes that carry more of each digit, sampled
+    # from the fitted mixture as before.
+    "beta-0.8-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
+                                       "--kl-weight", "0.8"],
+    "beta-0.6-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
+                                       "--kl-weight", "0.6"],
     # The convolutional encoder and decoder (its backward pass as matrix products): a screen
     # of 5 epochs (134 s), then as many epochs as fit the 5 minutes.
     "conv-59k-5": DEFAULT_59K + ["--architecture", "conv", "--epochs", "5",

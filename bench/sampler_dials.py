@@ -1,0 +1,138 @@
+"""The sampler's dials on trained checkpoints: the fitted mixture's components a class, the
+temperature and the pixel sharpness, each setting scored over several draws of the samples.
+
+    python -m bench.sampler_dials --checkpoint-dirs A,B,C [--components 10,30,100]
+        [--temperatures 1] [--sharpness 1.3] [--draws 3] [--data-dir data]
+        [--json FILE] [--out FILE.md]
+
+None of these dials changes what a model learnt. The mixture is refitted as training's last fit
+made it (`refit_prior`: the same codes of the same training digits, the same key), with another
+number of components, so the checkpoint's own number reproduces its mixture bit for bit. Each
+setting's samples are `cvae eval`'s (5,000 in the test labels' proportions), drawn with sample
+seeds 0 .. draws - 1 and scored by the same classifier against the same reference half. One
+draw's FD moves by as much as 0.4 with the sample seed alone (docs/model.md), so the table
+gives, for each setting, the median over the checkpoints of each checkpoint's mean over its draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from cvae.config import NUM_CLASSES
+from cvae.data.load import load_dataset
+from cvae.data.splits import split_training_set
+from cvae.evaluation import fidelity
+from cvae.evaluation.run import EvalOptions, rendered_at, sample_counts
+from cvae.model import prior as prior_lib
+from cvae.model.networks import create_model
+from cvae.model.store import TrainedModel, load_trained_model
+from cvae.sampling.sampler import create_sampler
+from cvae.training.loop import planned_steps
+from cvae.training.step import device_arrays, prior_fit_key, run_key
+
+COLUMNS = ("accuracy", "fd", "precision", "recall")
+
+
+def refit_prior(checkpoint: TrainedModel, data, components: int) -> TrainedModel:
+    """The checkpoint with its mixture prior fitted again as training's last fit did, with
+    `components` a class: a model trained with every label, on `data`'s training file."""
+    config = checkpoint.config
+    if config.prior != "mixture" or config.labelled_count is not None:
+        raise ValueError("refit_prior: a model trained with every label and --prior mixture")
+    split = split_training_set(data.train_images, data.train_labels, config)
+    steps_per_epoch, _ = planned_steps(config, len(split.train_labels), config.batch_size)
+    last_epoch = checkpoint.step // steps_per_epoch - 1
+    model = create_model(config)
+    fit_fn = prior_lib.create_fit_fn(
+        lambda variables, x, y: model.apply(variables, x, y, method="encode"),
+        components=components, codes=config.prior_codes)
+    images, labels = device_arrays(split.train_images, split.train_labels)
+    mixture = fit_fn(checkpoint.variables, images, labels,
+                     *prior_lib.class_index_table(split.train_labels, NUM_CLASSES),
+                     prior_fit_key(run_key(config.seed), last_epoch))
+    return dataclasses.replace(
+        checkpoint, config=config.replace(prior_components=components),
+        variables={**checkpoint.variables,
+                   prior_lib.COLLECTION: {prior_lib.VARIABLE: jax.device_get(mixture)}})
+
+
+def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
+          sharpnesses, draws: int, per_digit: int = 500) -> dict:
+    """{(components, temperature, sharpness): [one dict of COLUMNS per draw]} for one run."""
+    checkpoint = load_trained_model(checkpoint_dir)
+    reference_labels = np.asarray(data.test_labels)[1::2]
+    counts = sample_counts(reference_labels, EvalOptions(samples_per_digit=per_digit))
+    labels = np.repeat(np.arange(NUM_CLASSES), counts)
+    scored = {}
+    for c in components:
+        refitted = (checkpoint if c == checkpoint.config.prior_components
+                    else refit_prior(checkpoint, data, c))
+        for s in sharpnesses:
+            rendered = rendered_at(refitted, s)
+            sampler = create_sampler(create_model(rendered.config), rendered.config,
+                                     rendered.variables, step=rendered.step, block_rows=500)
+            for t, seed in itertools.product(temperatures, range(draws)):
+                images = np.concatenate([
+                    sampler.sample_images(digit, int(n), seed, temperature=t)
+                    for digit, n in enumerate(counts) if n])
+                scores = fidelity.score_images(classifier, images, labels,
+                                               reference_features=reference,
+                                               reference_labels=reference_labels)
+                scored.setdefault((c, t, s), []).append({k: scores[k] for k in COLUMNS})
+                print(f"{checkpoint_dir} components {c} temperature {t:g} sharpness {s:g} "
+                      f"draw {seed}: fd {scores['fd']:.4f}, recall {scores['recall']:.4f}",
+                      flush=True)
+    return scored
+
+
+def table(results: dict) -> str:
+    """Each setting's median over the runs of each run's mean over its draws."""
+    lines = ["| components | temperature | sharpness | " + " | ".join(COLUMNS) + " |",
+             "|---:|---:|---:|" + "---:|" * len(COLUMNS)]
+    for setting in next(iter(results.values())):
+        medians = [statistics.median(statistics.mean(draw[k] for draw in run[setting])
+                                     for run in results.values()) for k in COLUMNS]
+        lines.append("| {} | {:g} | {:g} | ".format(*setting)
+                     + " | ".join(f"{m:.4f}" for m in medians) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint-dirs", required=True, help="comma-separated run folders")
+    parser.add_argument("--components", default="10")
+    parser.add_argument("--temperatures", default="1")
+    parser.add_argument("--sharpness", default="1.3")
+    parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
+    parser.add_argument("--data-dir", default="data")
+    parser.add_argument("--json")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    data = load_dataset(args.data_dir, "mnist")
+    classifier = fidelity.load_or_train_classifier(data, str(Path(args.data_dir) / "classifier"))
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    dials = {"components": [int(c) for c in args.components.split(",")],
+             "temperatures": [float(t) for t in args.temperatures.split(",")],
+             "sharpnesses": [float(s) for s in args.sharpness.split(",")]}
+    results = {d: sweep(d, data, classifier, reference, draws=args.draws, **dials)
+               for d in args.checkpoint_dirs.split(",") if d}
+    text = table(results)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g}".format(*k): v
+                                                   for k, v in r.items()}
+                                               for d, r in results.items()}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""`python -m bench.sampler_dials` refits the mixture exactly as training's last fit made it, and
+scores each setting's samples exactly as `cvae eval` does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.sampler_dials import COLUMNS, refit_prior, sweep
+from cvae import presets
+from cvae.data.synthetic import synthetic_dataset
+from cvae.evaluation import fidelity
+from cvae.evaluation.run import EvalOptions, sample_scores
+from cvae.model.store import load_trained_model
+from cvae.training.callbacks import Checkpointer
+from cvae.training.loop import train_and_evaluate
+
+
+@pytest.fixture(scope="module")
+def mixture_run(tmp_path_factory):
+    """The test config with a fitted mixture of 2 components a class: 2 epochs of 512
+    synthetic digits, a few seconds."""
+    directory = tmp_path_factory.mktemp("mixture-run")
+    data = synthetic_dataset(num_train=512, num_test=64)  # enough for the classifier too
+    config = presets.test().replace(epochs=2, prior="mixture", prior_components=2)
+    train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
+    return directory, data
+
+
+def test_the_refit_with_the_runs_own_components_is_its_mixture_bit_for_bit(mixture_run):
+    directory, data = mixture_run
+    checkpoint = load_trained_model(directory)
+    saved = checkpoint.variables["prior"]["mixture"]
+    again = refit_prior(checkpoint, data, 2).variables["prior"]["mixture"]
+    assert all(np.array_equal(np.asarray(saved[k]), np.asarray(again[k])) for k in saved)
+    wider = refit_prior(checkpoint, data, 3)
+    assert wider.config.prior_components == 3
+    assert np.asarray(wider.variables["prior"]["mixture"]["means"]).shape == (10, 3, 4)
+    assert np.allclose(np.asarray(wider.variables["prior"]["mixture"]["weights"]).sum(-1), 1)
+
+
+def test_the_refit_refuses_a_run_without_a_fitted_mixture(trained_run):
+    with pytest.raises(ValueError, match="--prior mixture"):
+        refit_prior(load_trained_model(trained_run.directory), trained_run.data, 2)
+
+
+def test_each_setting_is_scored_as_cvae_eval_scores_its_samples(mixture_run):
+    directory, data = mixture_run
+    classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    scored = sweep(str(directory), data, classifier, reference, components=(2, 3),
+                   temperatures=(1.0,), sharpnesses=(1.3,), draws=2, per_digit=6)
+    assert list(scored) == [(2, 1.0, 1.3), (3, 1.0, 1.3)]
+    assert all(len(draws) == 2 for draws in scored.values())
+    checkpoint = load_trained_model(directory)
+    for seed in (0, 1):
+        theirs = sample_scores(checkpoint, classifier, reference_features=reference,
+                               reference_labels=np.asarray(data.test_labels)[1::2],
+                               options=EvalOptions(samples_per_digit=6, seed=seed))
+        assert {k: theirs[k] for k in COLUMNS} == scored[(2, 1.0, 1.3)][seed]
+    assert scored[(3, 1.0, 1.3)] != scored[(2, 1.0, 1.3)]
