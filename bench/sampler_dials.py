@@ -2,12 +2,13 @@
 temperature and the pixel sharpness, each setting scored over several draws of the samples.
 
     python -m bench.sampler_dials --checkpoint-dirs A,B,C [--components 10,30,100]
-        [--temperatures 1] [--sharpness 1.3] [--draws 3] [--data-dir data]
+        [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--draws 3] [--data-dir data]
         [--json FILE] [--out FILE.md]
 
 None of these dials changes what a model learnt. The mixture is refitted as training's last fit
-made it (`refit_prior`: the same codes of the same training digits, the same key), with another
-number of components, so the checkpoint's own number reproduces its mixture bit for bit. Each
+made it (`refit_prior`: the codes of the same training digits, the same key), with another
+number of components or to the other codes (`--prior-codes`: posterior means or draws), so the
+checkpoint's own setting reproduces its mixture bit for bit. Each
 setting's samples are `cvae eval`'s (5,000 in the test labels' proportions), drawn with sample
 seeds 0 .. draws - 1 and scored by the same classifier against the same reference half. One
 draw's FD moves by as much as 0.4 with the sample seed alone (docs/model.md), so the table
@@ -41,10 +42,12 @@ from cvae.training.step import device_arrays, prior_fit_key, run_key
 COLUMNS = ("accuracy", "fd", "precision", "recall")
 
 
-def refit_prior(checkpoint: TrainedModel, data, components: int) -> TrainedModel:
+def refit_prior(checkpoint: TrainedModel, data, components: int,
+                codes: str | None = None) -> TrainedModel:
     """The checkpoint with its mixture prior fitted again as training's last fit did, with
-    `components` a class: a model trained with every label, on `data`'s training file."""
-    config = checkpoint.config
+    `components` a class, to `codes` ("means" or "samples"; None: the run's own): a model
+    trained with every label, on `data`'s training file."""
+    config = checkpoint.config.replace(prior_codes=codes or checkpoint.config.prior_codes)
     if config.prior != "mixture" or config.labelled_count is not None:
         raise ValueError("refit_prior: a model trained with every label and --prior mixture")
     split = split_training_set(data.train_images, data.train_labels, config)
@@ -65,16 +68,18 @@ def refit_prior(checkpoint: TrainedModel, data, components: int) -> TrainedModel
 
 
 def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
-          sharpnesses, draws: int, per_digit: int = 500) -> dict:
-    """{(components, temperature, sharpness): [one dict of COLUMNS per draw]} for one run."""
+          sharpnesses, draws: int, codes: str | None = None, per_digit: int = 500) -> dict:
+    """{(components, temperature, sharpness): [one dict of COLUMNS per draw]} for one run,
+    its mixture fitted to `codes` (None: as it was)."""
     checkpoint = load_trained_model(checkpoint_dir)
     reference_labels = np.asarray(data.test_labels)[1::2]
     counts = sample_counts(reference_labels, EvalOptions(samples_per_digit=per_digit))
     labels = np.repeat(np.arange(NUM_CLASSES), counts)
     scored = {}
     for c in components:
-        refitted = (checkpoint if c == checkpoint.config.prior_components
-                    else refit_prior(checkpoint, data, c))
+        own = (c == checkpoint.config.prior_components
+               and codes in (None, checkpoint.config.prior_codes))
+        refitted = checkpoint if own else refit_prior(checkpoint, data, c, codes)
         for s in sharpnesses:
             rendered = rendered_at(refitted, s)
             sampler = create_sampler(create_model(rendered.config), rendered.config,
@@ -109,6 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint-dirs", required=True, help="comma-separated run folders")
     parser.add_argument("--components", default="10")
+    parser.add_argument("--codes", choices=("means", "samples"),
+                        help="refit the mixture to these codes (default: the run's own)")
     parser.add_argument("--temperatures", default="1")
     parser.add_argument("--sharpness", default="1.3")
     parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
@@ -122,7 +129,8 @@ def main() -> None:
     dials = {"components": [int(c) for c in args.components.split(",")],
              "temperatures": [float(t) for t in args.temperatures.split(",")],
              "sharpnesses": [float(s) for s in args.sharpness.split(",")]}
-    results = {d: sweep(d, data, classifier, reference, draws=args.draws, **dials)
+    results = {d: sweep(d, data, classifier, reference, draws=args.draws, codes=args.codes,
+                        **dials)
                for d in args.checkpoint_dirs.split(",") if d}
     text = table(results)
     print(text)

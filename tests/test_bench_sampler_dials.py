@@ -39,6 +39,25 @@ def test_the_refit_with_the_runs_own_components_is_its_mixture_bit_for_bit(mixtu
     assert np.allclose(np.asarray(wider.variables["prior"]["mixture"]["weights"]).sum(-1), 1)
 
 
+def test_a_refit_to_other_codes_and_components_is_what_training_with_them_fits(
+        mixture_run, tmp_path):
+    """The fit never feeds back into training, so a run trained with `--prior-codes samples
+    --prior-components 3` has the same weights, and its mixture is the refit's."""
+    directory, data = mixture_run
+    config = load_trained_model(directory).config
+    trained = tmp_path / "draws-3"
+    train_and_evaluate(config.replace(prior_codes="samples", prior_components=3), data, trained,
+                       callbacks=[Checkpointer()])
+    theirs = load_trained_model(trained).variables["prior"]["mixture"]
+    mine = refit_prior(load_trained_model(directory), data, 3, "samples")
+    assert mine.config.prior_codes == "samples" and mine.config.prior_components == 3
+    mine = mine.variables["prior"]["mixture"]
+    assert all(np.array_equal(np.asarray(theirs[k]), np.asarray(mine[k])) for k in theirs)
+    means = refit_prior(load_trained_model(directory), data, 3, "means")
+    assert not np.array_equal(np.asarray(means.variables["prior"]["mixture"]["means"]),
+                              np.asarray(mine["means"]))
+
+
 def test_the_refit_refuses_a_run_without_a_fitted_mixture(trained_run):
     with pytest.raises(ValueError, match="--prior mixture"):
         refit_prior(load_trained_model(trained_run.directory), trained_run.data, 2)
