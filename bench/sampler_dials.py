@@ -31,7 +31,7 @@ from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.data.splits import split_training_set
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, rendered_at, sample_counts
+from cvae.evaluation.run import EvalOptions, eval_samples, rendered_at
 from cvae.model import prior as prior_lib
 from cvae.model.networks import create_model
 from cvae.model.store import TrainedModel, load_trained_model
@@ -73,8 +73,6 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
     its mixture fitted to `codes` (None: as it was)."""
     checkpoint = load_trained_model(checkpoint_dir)
     reference_labels = np.asarray(data.test_labels)[1::2]
-    counts = sample_counts(reference_labels, EvalOptions(samples_per_digit=per_digit))
-    labels = np.repeat(np.arange(NUM_CLASSES), counts)
     scored = {}
     for c in components:
         own = (c == checkpoint.config.prior_components
@@ -85,9 +83,9 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
             sampler = create_sampler(create_model(rendered.config), rendered.config,
                                      rendered.variables, step=rendered.step, block_rows=500)
             for t, seed in itertools.product(temperatures, range(draws)):
-                images = np.concatenate([
-                    sampler.sample_images(digit, int(n), seed, temperature=t)
-                    for digit, n in enumerate(counts) if n])
+                images, labels, _ = eval_samples(
+                    sampler, reference_labels,
+                    EvalOptions(samples_per_digit=per_digit, seed=seed), temperature=t)
                 scores = fidelity.score_images(classifier, images, labels,
                                                reference_features=reference,
                                                reference_labels=reference_labels)

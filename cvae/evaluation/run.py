@@ -51,6 +51,7 @@ import numpy as np
 from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.errors import ConfigError
+from cvae.limits import DEFAULT_TEMPERATURE
 from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
                              reports)
 from cvae.model.networks import create_model
@@ -136,11 +137,13 @@ def sample_counts(reference_labels, options: EvalOptions) -> np.ndarray:
     return fidelity.label_counts_like(reference_labels, NUM_CLASSES * options.samples_per_digit)
 
 
-def eval_samples(sampler, reference_labels, options: EvalOptions):
-    """`cvae eval`'s samples (`options.seed`), `sample_counts` of each label. Returns (images
-    f32[N, 28, 28], labels i64[N], counts [10])."""
+def eval_samples(sampler, reference_labels, options: EvalOptions, *,
+                 temperature: float = DEFAULT_TEMPERATURE):
+    """`cvae eval`'s samples (`options.seed`, at `temperature`), `sample_counts` of each label.
+    Returns (images f32[N, 28, 28], labels i64[N], counts [10])."""
     counts = sample_counts(reference_labels, options)
-    images = np.concatenate([sampler.sample_images(digit, int(n), options.seed)
+    images = np.concatenate([sampler.sample_images(digit, int(n), options.seed,
+                                                   temperature=temperature)
                              for digit, n in enumerate(counts) if n])
     return images, np.repeat(np.arange(NUM_CLASSES), counts), counts
 
