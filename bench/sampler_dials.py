@@ -1,9 +1,10 @@
 """The sampler's dials on trained checkpoints: the fitted mixture's components a class, the
-temperature and the pixel sharpness, each setting scored over several draws of the samples.
+temperature, the pixel sharpness and the truncation, each setting scored over several draws of
+the samples.
 
     python -m bench.sampler_dials --checkpoint-dirs A,B,C [--components 10,30,100]
-        [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--draws 3] [--data-dir data]
-        [--json FILE] [--out FILE.md]
+        [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--truncations 1]
+        [--draws 3] [--data-dir data] [--json FILE] [--out FILE.md]
 
 None of these dials changes what a model learnt. The mixture is refitted as training's last fit
 made it (`refit_prior`: the codes of the same training digits, the same key), with another
@@ -68,9 +69,10 @@ def refit_prior(checkpoint: TrainedModel, data, components: int,
 
 
 def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
-          sharpnesses, draws: int, codes: str | None = None, per_digit: int = 500) -> dict:
-    """{(components, temperature, sharpness): [one dict of COLUMNS per draw]} for one run,
-    its mixture fitted to `codes` (None: as it was)."""
+          sharpnesses, draws: int, codes: str | None = None, truncations=(1.0,),
+          per_digit: int = 500) -> dict:
+    """{(components, temperature, sharpness, truncation): [one dict of COLUMNS per draw]} for
+    one run, its mixture fitted to `codes` (None: as it was)."""
     checkpoint = load_trained_model(checkpoint_dir)
     reference_labels = np.asarray(data.test_labels)[1::2]
     scored = {}
@@ -78,8 +80,9 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
         own = (c == checkpoint.config.prior_components
                and codes in (None, checkpoint.config.prior_codes))
         refitted = checkpoint if own else refit_prior(checkpoint, data, c, codes)
-        for s in sharpnesses:
+        for s, q in itertools.product(sharpnesses, truncations):
             rendered = rendered_at(refitted, s)
+            rendered = dataclasses.replace(rendered, config=rendered.config.replace(truncation=q))
             sampler = create_sampler(create_model(rendered.config), rendered.config,
                                      rendered.variables, step=rendered.step, block_rows=500)
             for t, seed in itertools.product(temperatures, range(draws)):
@@ -89,21 +92,21 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
                 scores = fidelity.score_images(classifier, images, labels,
                                                reference_features=reference,
                                                reference_labels=reference_labels)
-                scored.setdefault((c, t, s), []).append({k: scores[k] for k in COLUMNS})
+                scored.setdefault((c, t, s, q), []).append({k: scores[k] for k in COLUMNS})
                 print(f"{checkpoint_dir} components {c} temperature {t:g} sharpness {s:g} "
-                      f"draw {seed}: fd {scores['fd']:.4f}, recall {scores['recall']:.4f}",
-                      flush=True)
+                      f"truncation {q:g} draw {seed}: accuracy {scores['accuracy']:.4f}, "
+                      f"fd {scores['fd']:.4f}, recall {scores['recall']:.4f}", flush=True)
     return scored
 
 
 def table(results: dict) -> str:
     """Each setting's median over the runs of each run's mean over its draws."""
-    lines = ["| components | temperature | sharpness | " + " | ".join(COLUMNS) + " |",
-             "|---:|---:|---:|" + "---:|" * len(COLUMNS)]
+    lines = ["| components | temperature | sharpness | truncation | " + " | ".join(COLUMNS)
+             + " |", "|---:|---:|---:|---:|" + "---:|" * len(COLUMNS)]
     for setting in next(iter(results.values())):
         medians = [statistics.median(statistics.mean(draw[k] for draw in run[setting])
                                      for run in results.values()) for k in COLUMNS]
-        lines.append("| {} | {:g} | {:g} | ".format(*setting)
+        lines.append("| {} | {:g} | {:g} | {:g} | ".format(*setting)
                      + " | ".join(f"{m:.4f}" for m in medians) + " |")
     return "\n".join(lines) + "\n"
 
@@ -116,6 +119,8 @@ def main() -> None:
                         help="refit the mixture to these codes (default: the run's own)")
     parser.add_argument("--temperatures", default="1")
     parser.add_argument("--sharpness", default="1.3")
+    parser.add_argument("--truncations", default="1",
+                        help="quantiles of N(0, I)'s radius (`--truncation`; 1 = none)")
     parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json")
@@ -126,7 +131,8 @@ def main() -> None:
     _, reference = classifier.logits_and_features(data.test_images[1::2])
     dials = {"components": [int(c) for c in args.components.split(",")],
              "temperatures": [float(t) for t in args.temperatures.split(",")],
-             "sharpnesses": [float(s) for s in args.sharpness.split(",")]}
+             "sharpnesses": [float(s) for s in args.sharpness.split(",")],
+             "truncations": [float(q) for q in args.truncations.split(",")]}
     results = {d: sweep(d, data, classifier, reference, draws=args.draws, codes=args.codes,
                         **dials)
                for d in args.checkpoint_dirs.split(",") if d}
@@ -135,7 +141,7 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g}".format(*k): v
+        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g} {:g}".format(*k): v
                                                    for k, v in r.items()}
                                                for d, r in results.items()}, indent=2) + "\n")
 

@@ -72,7 +72,7 @@ class Config:
         "mixture", "p(z|y): N(0, I); a per-class Gaussian mixture fitted to the codes after "
                     "each evaluated epoch, for sampling and evaluation only (training's KL uses "
                     "N(0, I)); or learned with the model: a VampPrior or a per-class mixture.")
-    prior_components: int = knob(10, "Components of each class's mixture prior.")
+    prior_components: int = knob(30, "Components of each class's mixture prior.")
     pseudo_inputs: int = knob(
         50, "With --prior vamp: pseudo-inputs per class; p(z|y) is the mean of q(z|u,y) over "
             "them (Tomczak and Welling 2018).")
@@ -80,14 +80,18 @@ class Config:
         1, "Latent layers: 1 is the one-latent CVAE; more, a ladder VAE, --latent-dim lowest.")
     upper_latent_dim: int = knob(8, "Dimensions of each ladder layer above the bottom one.")
     prior_codes: PriorCodes = knob(
-        "means", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
-                   "aggregate posterior), or its mean (tighter: more typical samples).")
+        "samples", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
+                   "aggregate posterior: wider samples), or its mean (tighter: more typical).")
     likelihood: Likelihood = knob(
         "bernoulli", "p(x|z,y): Bernoulli (sigmoid cross-entropy, nats) or the seed's Gaussian "
                      "(summed half squared error of sigmoid means).")
     pixel_sharpness: float = knob(
         1.3, "Images are sigmoid(s * pixel logits): the Bernoulli decoder at temperature 1/s "
              "(1 = its means). Rendering only: training and the bounds never see it.")
+    truncation: float = knob(
+        0.75, "Quantile of N(0, I)'s radius beyond which a sample's noise is pulled in onto it "
+             "(1 = off): fewer draws from the prior's tails, where most misread samples are. "
+             "Sampling only: training and the bounds never see it.")
     logvar_bound: float = knob(
         8.0, "Soft clamp of the encoder's log-variance to (-bound, bound), so the KL cannot "
              "overflow.")
@@ -216,6 +220,8 @@ class Config:
             raise ConfigError(f"momentum={self.momentum}: must be in [0, 1)")
         if not 0 < self.pixel_sharpness <= 10:
             raise ConfigError(f"pixel_sharpness={self.pixel_sharpness}: must be in (0, 10]")
+        if not 0 < self.truncation <= 1:
+            raise ConfigError(f"truncation={self.truncation}: must be in (0, 1]")
         if not 0 < self.logvar_bound <= 30:
             raise ConfigError(f"logvar_bound={self.logvar_bound}: must be in (0, 30]")
         self._validate_labels()
@@ -294,10 +300,11 @@ def field_doc(name: str) -> str:
 
 # What a field missing from a stored config means, where the code that wrote it differs from
 # today's default: no validation split (they trained on the whole training file; resuming
-# them needs --fresh), N(0, I), which every checkpoint before the mixture prior sampled, and
-# the decoder's plain means, which every checkpoint before the sharpness rendered.
+# them needs --fresh), N(0, I), which every checkpoint before the mixture prior sampled, the
+# decoder's plain means, which every checkpoint before the sharpness rendered, and no
+# truncation, which none before it had.
 ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard",
-                                "pixel_sharpness": 1.0}
+                                "pixel_sharpness": 1.0, "truncation": 1.0}
 
 # Fields a resumed run may change; every other one decides the parameter shapes, the optimizer
 # state, the data order or the objective, so it must match the checkpoint. (`schedule_epochs`
@@ -305,7 +312,7 @@ ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard",
 RESUMABLE_CHANGES = ("epochs", "schedule_epochs", "max_steps", "steps_per_call",
                      "eval_batch_size", "eval_every", "early_stopping_patience",
                      "early_stopping_min_delta", "keep_checkpoints", "data_source",
-                     "pixel_sharpness")
+                     "pixel_sharpness", "truncation")
 
 
 def coerce(hint: Any, value: Any, name: str) -> Any:

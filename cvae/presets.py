@@ -9,14 +9,17 @@ from cvae.config import Config, ConfigError
 
 # As the presets below were measured: the source's 10,000 validation digits, evaluated each epoch.
 SPLIT_50K: dict[str, Any] = {"validation_size": 10000, "eval_every": 1}
+# The sampler as the presets below were measured: a mixture of 10 a class, drawn untruncated
+# (the default fits 30 a class to posterior draws and truncates them: docs/model.md).
+MIXTURE_10: dict[str, Any] = {"prior_components": 10, "truncation": 1.0}
 
 
 def default() -> Config:
     """`make train` (= `cvae train`): MLP 784-512-256 -> 16 latent, the label at every decoder
-    layer, Bernoulli likelihood, beta 1, a per-class mixture prior fitted to the codes, 140
-    epochs on 59,000 digits, evaluated every 10, images rendered at sharpness 1.3: about 4
-    minutes on 2 CPU cores (docs/training.md says why each; the measured figures are in
-    docs/evaluation.md)."""
+    layer, Bernoulli likelihood, beta 1, a per-class mixture prior fitted to posterior draws (30
+    a class), 140 epochs on 59,000 digits, evaluated every 10, images rendered at sharpness 1.3
+    and drawn truncated at 0.75: about 4 minutes on 2 CPU cores (docs/training.md says why
+    each; the measured figures are in docs/evaluation.md and docs/model.md)."""
     return Config()
 
 
@@ -28,7 +31,8 @@ def seed() -> Config:
                   likelihood="gaussian", binarization="none", kl_weight=0.5, optimizer="adamw",
                   learning_rate=1e-4, end_learning_rate=1e-4, lr_schedule="constant",
                   warmup_steps=0, weight_decay=1e-4, batch_size=16, epochs=10,
-                  label_conditioning="first", prior="standard", pixel_sharpness=1.0, **SPLIT_50K)
+                  label_conditioning="first", prior="standard", pixel_sharpness=1.0, **SPLIT_50K,
+                  **MIXTURE_10)
 
 
 def likelihood() -> Config:
@@ -36,7 +40,7 @@ def likelihood() -> Config:
     MLP 784-512-512 -> 32 latent, the mixture fitted to posterior draws, 640 epochs, rendered at
     sharpness 1.2 (its samples' share of grey pixels is the real digits' there; model.md)."""
     return Config(hidden_sizes=(512, 512), latent_dim=32, prior_codes="samples", epochs=640,
-                  pixel_sharpness=1.2)
+                  pixel_sharpness=1.2, **MIXTURE_10)
 
 
 def likelihood_dreg() -> Config:
@@ -55,7 +59,8 @@ def semi() -> Config:
     docs/semi-supervised.md gives the test error, the time and what each lever bought."""
     return Config(labels="100", classifier_weight=5.0, classifier_shift=2,
                   consistency_weight=20.0, vat_weight=3.0, vat_epsilon=2.0, entropy_weight=1.0,
-                  epochs=15, pixel_sharpness=1.0, **SPLIT_50K)
+                  epochs=15, pixel_sharpness=1.0, prior_codes="means", **SPLIT_50K,
+                  **MIXTURE_10)
 
 
 def test() -> Config:
@@ -63,7 +68,7 @@ def test() -> Config:
     return Config(hidden_sizes=(32,), latent_dim=4, batch_size=16, epochs=1, warmup_steps=0,
                   lr_schedule="constant", steps_per_call=4, eval_batch_size=64,
                   validation_size=16, eval_every=1, kl_weight=4.0, label_conditioning="first",
-                  prior="standard")
+                  prior="standard", prior_codes="means", **MIXTURE_10)
 
 
 test.__test__ = False  # a preset, not a pytest test, wherever it is imported

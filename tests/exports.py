@@ -22,20 +22,22 @@ from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 
 # Every model option the export covers: the standard prior (the test config), the per-class
-# mixture prior with BatchNorm and EMA weights, the few-label model's classifier q(y|x)
-# (with the mixture prior, as `--preset semi` has), and the ladder VAE (two layers, its noise
-# 4 + 3 wide, the mixture fitted to its top layer's codes). (`--architecture conv` exports too, a
+# mixture prior with BatchNorm and EMA weights, drawn truncated as the default draws, the
+# few-label model's classifier q(y|x) (with the mixture prior, as `--preset semi` has), and the
+# ladder VAE (two layers, its noise 4 + 3 wide, the mixture fitted to its top layer's codes,
+# its top layer's noise truncated). (`--architecture conv` exports too, a
 # trained one's ONNX within 2e-6: left out here for the suite's time, its convolutions cost most
 # on a CPU.)
 OPTIONS = {
     "standard": lambda: presets.test().replace(epochs=2),
     "mixture": lambda: presets.test().replace(
-        prior="mixture", prior_components=2, epochs=2, batch_norm=True, ema_decay=0.9),
+        prior="mixture", prior_components=2, epochs=2, batch_norm=True, ema_decay=0.9,
+        truncation=0.75),
     "few-labels": lambda: presets.test().replace(
         prior="mixture", prior_components=2, epochs=2, labels="20", labelled_per_batch=4),
     "ladder": lambda: presets.test().replace(
         stochastic_layers=2, upper_latent_dim=3, prior="mixture", prior_components=2, epochs=2,
-        free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6),
+        free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6, truncation=0.6),
 }
 
 

@@ -3,6 +3,8 @@ scores each setting's samples exactly as `cvae eval` does."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -69,12 +71,31 @@ def test_each_setting_is_scored_as_cvae_eval_scores_its_samples(mixture_run):
     _, reference = classifier.logits_and_features(data.test_images[1::2])
     scored = sweep(str(directory), data, classifier, reference, components=(2, 3),
                    temperatures=(1.0,), sharpnesses=(1.3,), draws=2, per_digit=6)
-    assert list(scored) == [(2, 1.0, 1.3), (3, 1.0, 1.3)]
+    assert list(scored) == [(2, 1.0, 1.3, 1.0), (3, 1.0, 1.3, 1.0)]
     assert all(len(draws) == 2 for draws in scored.values())
     checkpoint = load_trained_model(directory)
     for seed in (0, 1):
         theirs = sample_scores(checkpoint, classifier, reference_features=reference,
                                reference_labels=np.asarray(data.test_labels)[1::2],
                                options=EvalOptions(samples_per_digit=6, seed=seed))
-        assert {k: theirs[k] for k in COLUMNS} == scored[(2, 1.0, 1.3)][seed]
-    assert scored[(3, 1.0, 1.3)] != scored[(2, 1.0, 1.3)]
+        assert {k: theirs[k] for k in COLUMNS} == scored[(2, 1.0, 1.3, 1.0)][seed]
+    assert scored[(3, 1.0, 1.3, 1.0)] != scored[(2, 1.0, 1.3, 1.0)]
+
+
+def test_a_truncation_is_scored_as_cvae_eval_scores_a_run_that_truncates(mixture_run):
+    directory, data = mixture_run
+    classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    scored = sweep(str(directory), data, classifier, reference, components=(2,),
+                   temperatures=(1.0,), sharpnesses=(1.3,), truncations=(0.5,), draws=1,
+                   per_digit=6)
+    checkpoint = load_trained_model(directory)
+    truncated = dataclasses.replace(checkpoint, config=checkpoint.config.replace(truncation=0.5))
+    theirs = sample_scores(truncated, classifier, reference_features=reference,
+                           reference_labels=np.asarray(data.test_labels)[1::2],
+                           options=EvalOptions(samples_per_digit=6, seed=0))
+    assert {k: theirs[k] for k in COLUMNS} == scored[(2, 1.0, 1.3, 0.5)][0]
+    plain = sample_scores(checkpoint, classifier, reference_features=reference,
+                          reference_labels=np.asarray(data.test_labels)[1::2],
+                          options=EvalOptions(samples_per_digit=6, seed=0))
+    assert plain["fd"] != theirs["fd"]

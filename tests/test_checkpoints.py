@@ -43,7 +43,8 @@ def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads
     state = make_state(config)
     old_state = {name: getattr(state, name) for name in
                  ("step", "params", "opt_state", "batch_stats", "ema_params", "key")}
-    newer = ("validation_size", "prior", "prior_components", "eval_every", "schedule_epochs")
+    newer = ("validation_size", "prior", "prior_components", "eval_every", "schedule_epochs",
+             "truncation")
     old_config = {k: v for k, v in config.to_dict().items() if k not in newer}
     manager = create_manager(tmp_path)
     manager.save(3, args=ocp.args.Composite(state=ocp.args.StandardSave(old_state),
@@ -55,6 +56,7 @@ def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads
     assert checkpoint.step == 3 and checkpoint.metrics == {"loss": 1.0}
     assert checkpoint.config.validation_size == 0  # it trained on the whole training file
     assert checkpoint.config.prior == "standard" and checkpoint.state.prior == {}
+    assert checkpoint.config.truncation == 1.0  # drawn as it always was
     assert tree_equal(jax.device_get(state.params), jax.device_get(checkpoint.state.params))
     assert load_sampler(tmp_path).sample_images(1, 2, seed=0).shape == (2, 28, 28)
 

@@ -145,11 +145,11 @@ EVERY_FIELD = dict(
     ema_decay=0.99, freeze="decoder", batch_size=32, epochs=2, max_steps=9, seed=11,
     steps_per_call=5, eval_batch_size=50, early_stopping_patience=4,
     early_stopping_min_delta=0.1, keep_checkpoints=2, validation_size=500, prior="standard",
-    prior_components=3, prior_codes="samples", eval_every=2, schedule_epochs=3, labels="100",
+    prior_components=3, prior_codes="means", eval_every=2, schedule_epochs=3, labels="100",
     classifier_weight=2.5, labelled_per_batch=8, classifier_shift=1, consistency_weight=4.0,
     entropy_weight=0.5, vat_weight=1.5, vat_epsilon=2.0,
     objective="dreg", importance_samples=5, stochastic_layers=2, upper_latent_dim=4,
-    pseudo_inputs=7, pixel_sharpness=1.5)
+    pseudo_inputs=7, pixel_sharpness=1.5, truncation=0.5)
 
 
 def test_every_config_field_is_a_train_flag():

@@ -39,6 +39,8 @@ def test_unknown_keys_are_rejected_by_name():
     ("optimizer", "lbfgs", "optimizer='lbfgs'"),
     ("pixel_sharpness", 0.0, "pixel_sharpness=0.0: must be in (0, 10]"),
     ("pixel_sharpness", 11.0, "pixel_sharpness=11.0: must be in (0, 10]"),
+    ("truncation", 0.0, "truncation=0.0: must be in (0, 1]"),
+    ("truncation", 1.5, "truncation=1.5: must be in (0, 1]"),
 ])
 def test_validation_names_the_field_and_range(field, value, fragment):
     with pytest.raises(ConfigError) as error:

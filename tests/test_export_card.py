@@ -81,7 +81,8 @@ def test_eval_figures_of_another_step_are_not_claimed(exported, export_runs, tmp
 def test_the_training_command_rebuilds_the_config():
     config = presets.semi()
     command = train_command(config)
-    assert command == "cvae train --validation-size 10000 --pixel-sharpness 1.0 --epochs 15 " \
+    assert command == "cvae train --validation-size 10000 --prior-components 10 " \
+                      "--prior-codes means --pixel-sharpness 1.0 --truncation 1.0 --epochs 15 " \
                       "--eval-every 1 " \
                       "--labels 100 --classifier-weight 5.0 --classifier-shift 2 " \
                       "--consistency-weight 20.0 --entropy-weight 1.0 --vat-weight 3.0 " \

@@ -26,14 +26,17 @@ def mixture(classes=10, components=3, latent=4, seed=0) -> dict:
             "scale_tril": tril}
 
 
-def test_the_onnx_prior_gives_the_priors_bits():
+@pytest.mark.parametrize("radius", [None, 1.5], ids=["plain", "truncated"])
+def test_the_onnx_prior_gives_the_priors_bits(radius):
     prior = mixture()
     rng = np.random.default_rng(1)
     noise = rng.normal(size=(20000, 4)).astype(np.float32) * np.float32(1.7)
     noise[:100, 0] = np.arange(-50, 50) / np.float32(1000)  # exact multiples: frac is 0 or -0
     labels = rng.integers(0, 10, 20000).astype(np.int32)
-    ours = jax.jit(onnx_prior_sample)(prior, noise, labels)
-    theirs = jax.jit(prior_lib.sample)(prior, noise, labels)
+    ours = jax.jit(onnx_prior_sample, static_argnames="radius")(prior, noise, labels,
+                                                                radius=radius)
+    theirs = jax.jit(prior_lib.sample, static_argnames="radius")(prior, noise, labels,
+                                                                 radius=radius)
     assert np.array_equal(np.asarray(ours).view(np.uint32), np.asarray(theirs).view(np.uint32))
 
 

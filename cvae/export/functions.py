@@ -90,8 +90,10 @@ def onnx_functions(sampler) -> list[Portable]:
     model = create_model(config)
 
     def through_prior(noise, labels):
-        return noise if config.prior == "standard" else onnx_prior_sample(
-            variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise, labels)
+        radius = prior_lib.truncation_radius(config.truncation, noise.shape[-1])
+        return prior_lib.truncate(noise, radius) if config.prior == "standard" else \
+            onnx_prior_sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise,
+                              labels, radius=radius)
 
     def sample(noise, labels):
         if isinstance(model, LadderCVAE):  # the prior maps the top layer's share of the noise
@@ -109,7 +111,8 @@ def onnx_functions(sampler) -> list[Portable]:
             for name, signature in signatures(sampler).items()]
 
 
-def onnx_prior_sample(prior: dict, noise: jax.Array, labels: jax.Array) -> jax.Array:
+def onnx_prior_sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
+                      radius: float | None = None) -> jax.Array:
     """`cvae.model.prior.sample`, written with ops jax2onnx converts with a symbolic batch.
 
     frac(a) as `a - floor(a)` instead of `mod(a, 1)`: both are the one correctly rounded value
@@ -129,5 +132,5 @@ def onnx_prior_sample(prior: dict, noise: jax.Array, labels: jax.Array) -> jax.A
     row = labels * components + component.astype(labels.dtype)
     means = prior["means"].reshape(classes * components, -1)[row]
     tril = prior["scale_tril"].reshape(classes * components, *prior["scale_tril"].shape[2:])[row]
-    return means + jnp.einsum("bij,bj->bi", tril, noise)
+    return means + jnp.einsum("bij,bj->bi", tril, prior_lib.truncate(noise, radius))
 

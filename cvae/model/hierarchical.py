@@ -277,10 +277,14 @@ class LadderCVAE(nn.Module):
         layer's share through a prior other than N(0, I) (by default, the "prior" collection's
         mixture where the model has one)."""
         eps = self.split(noise)
+        radius = prior_lib.truncation_radius(self.config.truncation if self.config else 1.0,
+                                             eps[-1].shape[-1])
         if top_prior_sample is None and self.prior != "standard":
             mixture = self.mixture.value
-            top_prior_sample = lambda top, y: prior_lib.sample(mixture, top, y)  # noqa: E731
-        z_top = eps[-1] if top_prior_sample is None else top_prior_sample(eps[-1], labels)
+            top_prior_sample = lambda top, y: prior_lib.sample(  # noqa: E731
+                mixture, top, y, radius=radius)
+        z_top = prior_lib.truncate(eps[-1], radius) if top_prior_sample is None else \
+            top_prior_sample(eps[-1], labels)
         return self.decode_all(self.prior_path(z_top, labels, eps), labels)
 
     def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):

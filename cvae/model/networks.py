@@ -189,8 +189,9 @@ class CVAE(nn.Module):
 
     def generate(self, noise: jax.Array, labels: jax.Array) -> jax.Array:
         """Pixel logits [B, 784] of samples: noise f32[B, L] ~ N(0, t^2 I) through the prior."""
-        z = noise if self.config.prior == "standard" else \
-            prior_lib.sample(self.mixture.value, noise, labels)
+        radius = prior_lib.truncation_radius(self.config.truncation, noise.shape[-1])
+        z = prior_lib.truncate(noise, radius) if self.config.prior == "standard" else \
+            prior_lib.sample(self.mixture.value, noise, labels, radius=radius)
         return self.decode(z, labels)
 
     def log_prior(self, z: jax.Array, labels: jax.Array) -> jax.Array:

@@ -13,6 +13,9 @@ sampler and the service need nothing new: the mixture component is read from the
 part of 1000 * noise[0] (uniform, and independent of the noise's magnitude, whatever the
 temperature), and z = mean_c + L_c @ noise, L_c the Cholesky factor of component c's covariance.
 So temperature t (noise ~ N(0, t^2 I)) narrows each component, not the choice among them.
+A truncation (`Config.truncation`, a quantile q < 1) then pulls a noise vector longer than
+N(0, I)'s q-quantile radius in onto that radius, after the component is chosen: the samples that
+a classifier reads as another digit sit mostly in the components' tails (docs/model.md).
 
 Parameters, in the flax variable collection "prior" as variable "mixture": weights f32[10, C],
 means f32[10, C, L], scale_tril f32[10, C, L, L].
@@ -25,6 +28,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize
@@ -43,15 +47,35 @@ def standard_mixture(num_classes: int, components: int, latent_dim: int) -> dict
                                            (num_classes, components, latent_dim, latent_dim))}
 
 
-def sample(prior: dict, noise: jax.Array, labels: jax.Array) -> jax.Array:
-    """z for each row: noise f32[B, L] (N(0, t^2 I)), labels i32[B] -> f32[B, L]."""
+def truncation_radius(quantile: float, width: int) -> float | None:
+    """The radius that a share `quantile` of N(0, I_width) draws lie within (the chi
+    distribution's quantile); None for quantile 1, no truncation."""
+    if quantile >= 1:
+        return None
+    return float(np.sqrt(2.0 * scipy.special.gammaincinv(0.5 * width, quantile)))
+
+
+def truncate(noise: jax.Array, radius: float | None) -> jax.Array:
+    """Rows of noise f32[B, L] longer than `radius` scaled onto it; the others as they are
+    (bit for bit); None: all as they are."""
+    if radius is None:
+        return noise
+    length = jnp.sqrt(jnp.sum(jnp.square(noise), axis=-1, keepdims=True))
+    return jnp.where(length > radius, noise * (radius / jnp.maximum(length, radius)), noise)
+
+
+def sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
+           radius: float | None = None) -> jax.Array:
+    """z for each row: noise f32[B, L] (N(0, t^2 I)), labels i32[B] -> f32[B, L]; the component
+    from the noise as drawn, the offset from it `truncate`d to `radius`."""
     weights, means, tril = (prior["weights"][labels], prior["means"][labels],
                             prior["scale_tril"][labels])
     uniform = jnp.mod(noise[:, 0] * _COMPONENT_SCALE, 1.0)
     edges = jnp.cumsum(weights, axis=-1)
     component = jnp.minimum(jnp.sum(uniform[:, None] >= edges, axis=-1), weights.shape[-1] - 1)
     take = jax.vmap(lambda array, c: array[c])
-    return take(means, component) + jnp.einsum("bij,bj->bi", take(tril, component), noise)
+    return take(means, component) + jnp.einsum("bij,bj->bi", take(tril, component),
+                                               truncate(noise, radius))
 
 
 def log_density(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Array:
@@ -72,9 +96,9 @@ def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
 
     One code per training image, from a binarised copy of it (the encoder is trained on
     binarised digits): with codes="samples" a draw z ~ q(z | x, y), so the mixture fits the
-    aggregate posterior (the likelihood preset: the density IWAE needs); with codes="means" the
-    posterior mean, so the mixture fits the centres of the codes and samples come out a little
-    more typical (the default: fewer wrong digits, see docs/training.md). Then `fit` per class.
+    aggregate posterior (the default and the likelihood preset: the density IWAE needs, and wider
+    samples); with codes="means" the posterior mean, so the mixture fits the centres of the
+    codes and samples come out a little more typical (docs/model.md). Then `fit` per class.
     """
     if codes not in ("samples", "means"):
         raise ValueError(f"codes={codes!r}: allowed samples, means")

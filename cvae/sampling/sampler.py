@@ -56,17 +56,20 @@ def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Cal
 def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
     """Jitted `prior(variables, noise f32[B, D], labels i32[B]) -> codes f32[B, L]`: the code
     that `generate` decodes for that noise (the ladder's: its top layer's share, noise top layer
-    first, through the prior); None where it is the noise itself (one latent, standard prior)."""
+    first, through the prior and its truncation); None where it is the noise itself (one
+    latent, standard prior, no truncation)."""
     width = code_dim(config)
-    if config.prior == "standard" and width == noise_dim(config):
+    radius = prior_lib.truncation_radius(config.truncation, width)
+    if config.prior == "standard" and width == noise_dim(config) and radius is None:
         return None
 
     @jax.jit
     def prior(variables, noise, labels):
         top = noise[:, :width]
         if config.prior == "standard":
-            return top
-        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], top, labels)
+            return prior_lib.truncate(top, radius)
+        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], top,
+                                labels, radius=radius)
 
     return prior
 
@@ -303,8 +306,7 @@ class Sampler:
         if out is None:
             latent = np.zeros((0, self.latent_dim), np.float32)
             return latent, latent, np.zeros(0, np.float32)
-        mean, logvar, neg_elbo = out
-        return mean, logvar, neg_elbo
+        return tuple(out)
 
     def classify(self, images: np.ndarray) -> np.ndarray:
         """uint8[B, 28, 28] -> p(y|x), f32[B, 10], through blocks of `classify_block_sizes` (a
@@ -371,11 +373,9 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
 
 def load_sampler(checkpoint_dir, step: int | None = None,
                  block_rows: int | None = None) -> Sampler:
-    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them.
-
-    Its block sizes are verified on this machine (`Sampler.check_blocks`), which also compiles
-    them: what `cvae sample`, the service and the tests use.
-    """
+    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them,
+    its block sizes verified on this machine (`Sampler.check_blocks`, which also compiles them):
+    what `cvae sample`, the service and the tests use."""
     from cvae.model.store import load_trained_model  # Orbax: imported here, when first needed
 
     trained = load_trained_model(checkpoint_dir, step)
