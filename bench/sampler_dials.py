@@ -3,7 +3,7 @@ temperature, the pixel sharpness and the truncation, each setting scored over se
 the samples.
 
     python -m bench.sampler_dials --checkpoint-dirs A,B,C [--components 10,30,100]
-        [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--truncations 1]
+        [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--truncations 0.75,1]
         [--draws 3] [--data-dir data] [--json FILE] [--out FILE.md]
 
 None of these dials changes what a model learnt. The mixture is refitted as training's last fit
@@ -69,10 +69,10 @@ def refit_prior(checkpoint: TrainedModel, data, components: int,
 
 
 def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
-          sharpnesses, draws: int, codes: str | None = None, truncations=(1.0,),
+          sharpnesses, draws: int, codes: str | None = None, truncations=(None,),
           per_digit: int = 500) -> dict:
     """{(components, temperature, sharpness, truncation): [one dict of COLUMNS per draw]} for
-    one run, its mixture fitted to `codes` (None: as it was)."""
+    one run, its mixture fitted to `codes` and drawn at each truncation (None: as it was)."""
     checkpoint = load_trained_model(checkpoint_dir)
     reference_labels = np.asarray(data.test_labels)[1::2]
     scored = {}
@@ -81,6 +81,7 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
                and codes in (None, checkpoint.config.prior_codes))
         refitted = checkpoint if own else refit_prior(checkpoint, data, c, codes)
         for s, q in itertools.product(sharpnesses, truncations):
+            q = checkpoint.config.truncation if q is None else q
             rendered = rendered_at(refitted, s)
             rendered = dataclasses.replace(rendered, config=rendered.config.replace(truncation=q))
             sampler = create_sampler(create_model(rendered.config), rendered.config,
@@ -119,8 +120,9 @@ def main() -> None:
                         help="refit the mixture to these codes (default: the run's own)")
     parser.add_argument("--temperatures", default="1")
     parser.add_argument("--sharpness", default="1.3")
-    parser.add_argument("--truncations", default="1",
-                        help="quantiles of N(0, I)'s radius (`--truncation`; 1 = none)")
+    parser.add_argument("--truncations",
+                        help="quantiles of N(0, I)'s radius (`--truncation`; 1 = none; "
+                             "default: the run's own)")
     parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json")
@@ -132,7 +134,8 @@ def main() -> None:
     dials = {"components": [int(c) for c in args.components.split(",")],
              "temperatures": [float(t) for t in args.temperatures.split(",")],
              "sharpnesses": [float(s) for s in args.sharpness.split(",")],
-             "truncations": [float(q) for q in args.truncations.split(",")]}
+             "truncations": ([float(q) for q in args.truncations.split(",")]
+                             if args.truncations else [None])}
     results = {d: sweep(d, data, classifier, reference, draws=args.draws, codes=args.codes,
                         **dials)
                for d in args.checkpoint_dirs.split(",") if d}
