@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cvae import presets
+from cvae.config import as_flags
 from cvae.export.run import cpu_name
 
 THEN = "+then"  # in a lever's flags: train on from the weights of the flags before it
@@ -53,7 +55,7 @@ THEN = "+then"  # in a lever's flags: train on from the weights of the flags bef
 PLAIN = ["--pixel-sharpness", "1"]
 # The sampler of every lever measured before the default fitted 30 a class to posterior draws
 # and truncated them: 10 a class, fitted to the means, untruncated.
-MIXTURE_10 = ["--prior-codes", "means", "--prior-components", "10", "--truncation", "1"]
+MIXTURE_10 = ["--prior-codes", "means", *as_flags(presets.MIXTURE_10)]
 # The likelihood preset as it was before it held out only 1,000 digits for validation.
 LIKELIHOOD_50K = ["--preset", "likelihood", "--validation-size", "10000", *PLAIN]
 # The default as it was before it trained on 59,000 digits, evaluated every 10 epochs: the

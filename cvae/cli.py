@@ -36,7 +36,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("config (defaults from --preset; shown: the default preset)")
     default = presets.default()
     for field in dataclasses.fields(config_lib.Config):
-        flag = "--" + field.name.replace("_", "-")
+        flag = config_lib.flag(field.name)
         hint = config_lib.HINTS[field.name]
         value = getattr(default, field.name)
         shown = ",".join(map(str, value)) if isinstance(value, tuple) else value

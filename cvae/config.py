@@ -298,6 +298,23 @@ def field_doc(name: str) -> str:
     return next(f.metadata["doc"] for f in dataclasses.fields(Config) if f.name == name)
 
 
+def flag(name: str) -> str:
+    """The `cvae train` flag of config field `name`."""
+    return "--" + name.replace("_", "-")
+
+
+def as_flags(fields: dict[str, Any]) -> list[str]:
+    """`cvae train` flags that set these config fields to these values."""
+    flags = []
+    for name, value in fields.items():
+        if isinstance(value, bool):
+            flags.append(flag(name) if value else "--no-" + flag(name)[2:])
+        else:
+            flags += [flag(name), ",".join(map(str, value)) if isinstance(value, tuple)
+                      else str(value)]
+    return flags
+
+
 # What a field missing from a stored config means, where the code that wrote it differs from
 # today's default: no validation split (they trained on the whole training file; resuming
 # them needs --fresh), N(0, I), which every checkpoint before the mixture prior sampled, the

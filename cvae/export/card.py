@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from cvae import config as config_lib
 from cvae import presets
 from cvae.model.widths import noise_dim
 
@@ -72,16 +73,9 @@ def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> st
 def train_command(config) -> str:
     """The `cvae train` command that makes this config from the default preset."""
     default = presets.default()
-    flags = []
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if value != getattr(default, field.name):
-            shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-            if isinstance(value, bool):
-                flags.append(f"--{'' if value else 'no-'}{field.name.replace('_', '-')}")
-            else:
-                flags.append(f"--{field.name.replace('_', '-')} {shown}")
-    return " ".join(["cvae train", *flags])
+    changed = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
+               if getattr(config, field.name) != getattr(default, field.name)}
+    return " ".join(["cvae train", *config_lib.as_flags(changed)])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -90,10 +90,10 @@ def onnx_functions(sampler) -> list[Portable]:
     model = create_model(config)
 
     def through_prior(noise, labels):
-        radius = prior_lib.truncation_radius(config.truncation, noise.shape[-1])
-        return prior_lib.truncate(noise, radius) if config.prior == "standard" else \
-            onnx_prior_sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], noise,
-                              labels, radius=radius)
+        mixture = None if config.prior == "standard" else \
+            variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
+        return prior_lib.draw(noise, labels, mixture=mixture, truncation=config.truncation,
+                              sample_fn=onnx_prior_sample)
 
     def sample(noise, labels):
         if isinstance(model, LadderCVAE):  # the prior maps the top layer's share of the noise

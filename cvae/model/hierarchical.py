@@ -277,14 +277,12 @@ class LadderCVAE(nn.Module):
         layer's share through a prior other than N(0, I) (by default, the "prior" collection's
         mixture where the model has one)."""
         eps = self.split(noise)
-        radius = prior_lib.truncation_radius(self.config.truncation if self.config else 1.0,
-                                             eps[-1].shape[-1])
-        if top_prior_sample is None and self.prior != "standard":
-            mixture = self.mixture.value
-            top_prior_sample = lambda top, y: prior_lib.sample(  # noqa: E731
-                mixture, top, y, radius=radius)
-        z_top = prior_lib.truncate(eps[-1], radius) if top_prior_sample is None else \
-            top_prior_sample(eps[-1], labels)
+        if top_prior_sample is None:
+            mixture = None if self.prior == "standard" else self.mixture.value
+            z_top = prior_lib.draw(eps[-1], labels, mixture=mixture,
+                                   truncation=self.config.truncation if self.config else 1.0)
+        else:
+            z_top = top_prior_sample(eps[-1], labels)
         return self.decode_all(self.prior_path(z_top, labels, eps), labels)
 
     def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):

@@ -189,9 +189,8 @@ class CVAE(nn.Module):
 
     def generate(self, noise: jax.Array, labels: jax.Array) -> jax.Array:
         """Pixel logits [B, 784] of samples: noise f32[B, L] ~ N(0, t^2 I) through the prior."""
-        radius = prior_lib.truncation_radius(self.config.truncation, noise.shape[-1])
-        z = prior_lib.truncate(noise, radius) if self.config.prior == "standard" else \
-            prior_lib.sample(self.mixture.value, noise, labels, radius=radius)
+        mixture = None if self.config.prior == "standard" else self.mixture.value
+        z = prior_lib.draw(noise, labels, mixture=mixture, truncation=self.config.truncation)
         return self.decode(z, labels)
 
     def log_prior(self, z: jax.Array, labels: jax.Array) -> jax.Array:

@@ -24,6 +24,7 @@ means f32[10, C, L], scale_tril f32[10, C, L, L].
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +62,7 @@ def truncate(noise: jax.Array, radius: float | None) -> jax.Array:
     if radius is None:
         return noise
     length = jnp.sqrt(jnp.sum(jnp.square(noise), axis=-1, keepdims=True))
-    return jnp.where(length > radius, noise * (radius / jnp.maximum(length, radius)), noise)
+    return noise * (radius / jnp.maximum(length, radius))  # short rows: times radius / radius
 
 
 def sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
@@ -76,6 +77,17 @@ def sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
     take = jax.vmap(lambda array, c: array[c])
     return take(means, component) + jnp.einsum("bij,bj->bi", take(tril, component),
                                                truncate(noise, radius))
+
+
+def draw(noise: jax.Array, labels: jax.Array, *, mixture: dict | None, truncation: float,
+         sample_fn: Callable = sample) -> jax.Array:
+    """z for each row of noise f32[B, L] through the configured prior, truncated at the quantile
+    `truncation`: the noise itself for the standard prior (mixture None), else `sample_fn`
+    (`sample`, or the export's ONNX-friendly copy of it) from the mixture."""
+    radius = truncation_radius(truncation, noise.shape[-1])
+    if mixture is None:
+        return truncate(noise, radius)
+    return sample_fn(mixture, noise, labels, radius=radius)
 
 
 def log_density(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Array:

@@ -59,17 +59,15 @@ def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
     first, through the prior and its truncation); None where it is the noise itself (one
     latent, standard prior, no truncation)."""
     width = code_dim(config)
-    radius = prior_lib.truncation_radius(config.truncation, width)
-    if config.prior == "standard" and width == noise_dim(config) and radius is None:
+    if config.prior == "standard" and width == noise_dim(config) and config.truncation == 1:
         return None
 
     @jax.jit
     def prior(variables, noise, labels):
-        top = noise[:, :width]
-        if config.prior == "standard":
-            return prior_lib.truncate(top, radius)
-        return prior_lib.sample(variables[prior_lib.COLLECTION][prior_lib.VARIABLE], top,
-                                labels, radius=radius)
+        mixture = None if config.prior == "standard" else \
+            variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
+        return prior_lib.draw(noise[:, :width], labels, mixture=mixture,
+                              truncation=config.truncation)
 
     return prior
 
