@@ -21,7 +21,7 @@ from pathlib import Path
 from cvae import config as config_lib
 from cvae import presets
 from cvae import cli_help, limits
-from cvae.cli_types import bounded
+from cvae.cli_types import add_truncation_flag, bounded
 from cvae.errors import USER_ERRORS
 from cvae.export.command import add_export_flags, check_exported, cmd_export
 
@@ -146,6 +146,7 @@ def add_sample_command(commands) -> None:
                                                       low_open=True),
                         default=limits.DEFAULT_TEMPERATURE,
                         help=f"z ~ N(0, t^2 I) (default {limits.DEFAULT_TEMPERATURE})")
+    add_truncation_flag(sample)
     sample.add_argument("--scale", type=bounded(int, 1, limits.MAX_SCALE),
                         default=limits.DEFAULT_SCALE,
                         help=f"integer upscale of each tile (default {limits.DEFAULT_SCALE})")
@@ -216,6 +217,7 @@ def add_serve_command(commands) -> None:
                             "off (default 30)")
     serve.add_argument("--poll-interval", type=bounded(float, 0.1, 3600), default=2.0,
                        help="seconds between looks for a newer checkpoint (default 2)")
+    add_truncation_flag(serve)
     serve.add_argument("--cache-max-age", type=bounded(int, 0, 31536000), default=600,
                        help="seconds browsers and CDNs may keep a seeded picture before "
                             "revalidating its ETag (default 600)")
@@ -329,12 +331,11 @@ def ensure_writable(directory: Path) -> None:
 
 
 def cmd_sample(args) -> int:
-    from cvae.sampling.grid import make_grid, save_png
     from cvae.export.load import open_sampler
-    from cvae.sampling.sampler import grid_columns
+    from cvae.sampling.grid import grid_columns, make_grid, save_png
 
     check_exported(args.checkpoint_dir)
-    sampler = open_sampler(args.checkpoint_dir)
+    sampler = open_sampler(args.checkpoint_dir, truncation=args.truncation)
     images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale)
@@ -366,7 +367,7 @@ def cmd_serve(args) -> int:
     configure_logging(args.log_format)
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
                    poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
-                   request_ids=args.log_format == "json")
+                   request_ids=args.log_format == "json", truncation=args.truncation)
     serve(app, args.host, args.port, workers=args.workers, read_timeout=args.read_timeout,
           write_timeout=args.write_timeout, access_log=args.access_log,
           log_format=args.log_format)

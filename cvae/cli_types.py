@@ -1,5 +1,6 @@
 """argparse value types of the `cvae` command: a number checked against its range, naming the
-range when it is out of it. Standard library only, so `--help` stays instant."""
+range when it is out of it; and the one flag that `cvae sample` and `cvae serve` share. Standard
+library only, so `--help` stays instant."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def bounded(kind: type, low=None, high=None, *, low_open: bool = False):
 def _number(x) -> str:
     """2.0 -> "2"; ints and None as they are."""
     return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def add_truncation_flag(parser: argparse.ArgumentParser) -> None:
+    """--truncation Q: draw at another truncation than the run's own (`Config.drawn_at`)."""
+    parser.add_argument("--truncation", type=bounded(float, 0, 1, low_open=True), metavar="Q",
+                        help="pull each sample's noise in onto the radius that a share Q of "
+                             "N(0, I)'s draws lie within, instead of the run's own truncation "
+                             "(1 = none; default: the run's, 0.75 for `make train`)")

@@ -258,6 +258,12 @@ class Config:
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
 
+    def drawn_at(self, truncation: float | None) -> Config:
+        """This config, its samples truncated at `truncation` (None: at its own): what
+        `cvae sample --truncation` and `cvae serve --truncation` load. Sampling only, so the
+        weights serve unchanged."""
+        return self if truncation is None else self.replace(truncation=truncation)
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 

@@ -45,19 +45,21 @@ ROUTERS = (sampling.router, transfer.router, classify.router, operations.router,
 def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                max_batch_rows: int = 4096, max_pending_rows: int = 40960,
                request_timeout: float = 30.0, cache_max_age: int = 600,
-               request_ids: bool = False) -> FastAPI:
+               request_ids: bool = False, truncation: float | None = None) -> FastAPI:
     """The service for `checkpoint_dir` (see the module docstring).
 
     max_batch_rows: latent rows per decode call; max_pending_rows: rows waiting or decoding
     before 503; request_timeout: seconds a decode may take before 503; cache_max_age: seconds
     browsers and CDNs may keep a seeded picture before revalidating it; request_ids: give each
-    request an id, returned as X-Request-ID and logged with its lines (service/logs.py).
+    request an id, returned as X-Request-ID and logged with its lines (service/logs.py);
+    truncation: draw every step's samples at this quantile instead of its own (`cvae serve
+    --truncation`).
     """
     metrics = Metrics()
     lifespan = functools.partial(serve_checkpoints, checkpoint_dir=checkpoint_dir,
                                  poll_interval=poll_interval, max_batch_rows=max_batch_rows,
                                  max_pending_rows=max_pending_rows,
-                                 request_timeout=request_timeout)
+                                 request_timeout=request_timeout, truncation=truncation)
     app = FastAPI(title="cvae sampling service", lifespan=lifespan,
                   description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
                   # /docs and /redoc from local files (service/routes/api_docs.py), not a CDN
@@ -79,10 +81,12 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
 
 @contextlib.asynccontextmanager
 async def serve_checkpoints(app: FastAPI, *, checkpoint_dir: str | Path, poll_interval: float,
-                            max_batch_rows: int, max_pending_rows: int, request_timeout: float):
+                            max_batch_rows: int, max_pending_rows: int, request_timeout: float,
+                            truncation: float | None):
     """The lifespan: load and compile the newest checkpoint, then serve it (and newer ones)."""
     metrics: Metrics = app.state.metrics
-    watcher = CheckpointWatcher(checkpoint_dir, poll_interval, on_load=metrics.observe_load)
+    watcher = CheckpointWatcher(checkpoint_dir, poll_interval, on_load=metrics.observe_load,
+                                truncation=truncation)
     await asyncio.to_thread(watcher.refresh)  # load + compile before accepting requests
     # Everything allocated so far (JAX, the frameworks, the model) is moved out of the garbage
     # collector's reach while serving: a full collection walks every tracked object and held

@@ -44,16 +44,18 @@ class Loaded:
     step: int
     mtime_ns: int  # of the step folder, to notice a step rewritten under the same number
     loaded_at: float
-    # sha256 of the decoder's weights, JAX version and backend: what decides a seeded PNG's
+    # sha256 of the weights, the config, JAX version and backend: what decides a seeded PNG's
     # bytes besides the request, so replicas serving equal weights give equal ETags.
     fingerprint: str
 
 
 def fingerprint(sampler: Sampler) -> str:
     """sha256 of what decides a seeded picture's bytes besides its parameters: the weights, the
-    JAX version and backend, and the bits this machine's kernels give (replicas on CPUs whose
-    kernels round differently get different fingerprints, so their ETags differ too)."""
+    config (its sharpness and truncation among them, which `cvae serve --truncation` changes),
+    the JAX version and backend, and the bits this machine's kernels give (replicas on CPUs
+    whose kernels round differently get different fingerprints, so their ETags differ too)."""
     digest = hashlib.sha256(f"{jax.__version__} {jax.default_backend()}".encode())
+    digest.update(sampler.config.to_json().encode())
     digest.update(sampler.kernel_signature)
     for leaf in jax.tree.leaves(sampler.variables):
         array = np.asarray(leaf)
@@ -100,12 +102,13 @@ def warm_up(sampler: Sampler) -> None:
         [LatentRequest(0, DIGITS, 16, 1.0)], sampler.noise_dim)[0]), 16))
 
 
-def load(directory: Path, step: int) -> Loaded:
-    """Read, compile and fingerprint one step (slow: seconds)."""
+def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:
+    """Read, compile and fingerprint one step (slow: seconds), drawing at `truncation` (None:
+    the run's own)."""
     mtime = _mtime_ns(step_path(directory, step))
     if mtime is None:
         raise FileNotFoundError(f"step {step} vanished")
-    sampler = open_sampler(directory, step)
+    sampler = open_sampler(directory, step, truncation=truncation)
     warm_up(sampler)
     if sampler.block_sizes == ROW_BY_ROW:
         log.warning("no decode block size keeps a row's bits at every position on this CPU: "
@@ -126,9 +129,10 @@ class CheckpointWatcher:
     """Holds the served `Loaded` model and replaces it when a newer step becomes readable."""
 
     def __init__(self, directory: str | Path, poll_interval: float = 2.0,
-                 on_load: StepHook | None = None):
+                 on_load: StepHook | None = None, truncation: float | None = None):
         self.directory = Path(directory).absolute()
         self.poll_interval, self.on_load = poll_interval, on_load
+        self.truncation = truncation  # every step drawn at this, not its own (None: its own)
         self.current: Loaded | None = None
         self.note: str | None = None  # why not ready, or which newer step was skipped
         self.failed: dict[tuple[int, int], str] = {}  # (step, mtime_ns) -> reason
@@ -163,7 +167,7 @@ class CheckpointWatcher:
         if key in self.failed:
             return self.failed[key]
         try:
-            loaded = load(self.directory, step)
+            loaded = load(self.directory, step, self.truncation)
         except Exception as error:  # a corrupt or half-deleted step must not stop the service
             reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             self.failed[key] = reason

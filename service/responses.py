@@ -97,7 +97,7 @@ def config_summary(loaded: Loaded) -> dict:
     return {"dataset": config.dataset, "architecture": config.architecture,
             "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim,
             "activation": config.activation, "likelihood": config.likelihood,
-            "ema_decay": config.ema_decay}
+            "ema_decay": config.ema_decay, "truncation": config.truncation}
 
 
 # ---- the picture -----------------------------------------------------------------------------

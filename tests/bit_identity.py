@@ -24,7 +24,8 @@ import numpy as np
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
 from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
-from cvae.sampling.sampler import grid_columns, request_latents
+from cvae.sampling.grid import grid_columns
+from cvae.sampling.sampler import request_latents
 from cvae.data.synthetic import synthetic_images
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 

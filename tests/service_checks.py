@@ -114,7 +114,7 @@ def request_mix(seed: int = 0) -> tuple[list[str], Callable[[], str]]:
 def expected_size(path: str) -> tuple[int, int]:
     """(width, height) of the PNG that the make_grid layout gives for a /sample path."""
     from cvae.sampling.grid import grid_shape
-    from cvae.sampling.sampler import grid_columns
+    from cvae.sampling.grid import grid_columns
 
     query = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).items()}
     digit = int(query["digit"]) if "digit" in query else None

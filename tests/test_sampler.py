@@ -9,7 +9,8 @@ from cvae import presets
 from cvae.sampling.grid import grid_shape
 from cvae.model.networks import create_model, init_variables, pixel_means
 from cvae.sampling.blocks import DECODE_BLOCKS
-from cvae.sampling.sampler import create_sampler, draw_latents, grid_columns, request_latents
+from cvae.sampling.grid import grid_columns
+from cvae.sampling.sampler import create_sampler, draw_latents, request_latents
 
 
 @pytest.fixture(scope="module")

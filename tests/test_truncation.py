@@ -9,10 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fastapi.testclient import TestClient
+
 from cvae import presets
+from cvae.cli import main as cvae_main
 from cvae.model import prior
 from cvae.model.networks import create_model, init_variables
+from cvae.export.load import open_sampler
 from cvae.sampling.sampler import create_sampler
+from service.app import create_app
 
 
 def test_the_radius_holds_its_quantile_and_only_longer_rows_move():
@@ -73,3 +78,46 @@ def test_the_sampler_draws_short_noise_as_before_and_pulls_in_the_rest(changes):
     assert not any(same(plain_images[i], cut_images[i]) for i in np.flatnonzero(~inside))
     codes = cut.to_codes(noise, labels)
     assert all(same(plain.to_codes(noise, labels)[i], codes[i]) for i in np.flatnonzero(inside))
+
+
+def test_cvae_sample_draws_at_the_truncation_asked(trained_run, tmp_path, capsys):
+    """`cvae sample --truncation Q`: the same weights drawn at Q, the PNG bytes of a sampler
+    whose config says Q; its own truncation gives the bytes of no flag; out of (0, 1] exits 2
+    naming the range, writing nothing."""
+    own = trained_run.config.truncation
+    pngs = {}
+    for name, flags in {"none": [], "own": ["--truncation", str(own)],
+                        "cut": ["--truncation", "0.3"]}.items():
+        out = tmp_path / f"{name}.png"
+        assert cvae_main(["sample", "--checkpoint-dir", str(trained_run.directory), "--digit",
+                          "3", "--n", "16", "--out", str(out), *flags]) == 0
+        pngs[name] = out.read_bytes()
+    assert pngs["own"] == pngs["none"] != pngs["cut"]
+    sampler = open_sampler(trained_run.directory)
+    config = sampler.config.replace(truncation=0.3)
+    cut = create_sampler(create_model(config), config, sampler.variables, step=sampler.step)
+    assert pngs["cut"] == cut.sample_png(3, 16, 0)
+    for bad in ("0", "1.5", "most"):
+        with pytest.raises(SystemExit) as exited:
+            cvae_main(["sample", "--truncation", bad, "--out", str(tmp_path / "bad.png")])
+        assert exited.value.code == 2
+        assert "--truncation" in capsys.readouterr().err
+    assert not (tmp_path / "bad.png").exists()
+
+
+def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained_run):
+    """`cvae serve --truncation Q` (create_app's `truncation`): /sample's bytes are `cvae
+    sample --truncation Q`'s, /readyz says Q, and the ETag differs from the run's own drawing,
+    so no cache mixes the two."""
+    offline = open_sampler(trained_run.directory, truncation=0.3).sample_png(3, 16, 0)
+    etags = {}
+    for truncation in (None, 0.3):
+        with TestClient(create_app(trained_run.directory, poll_interval=3600,
+                                   truncation=truncation)) as client:
+            response = client.get("/sample?digit=3&n=16&seed=0")
+            assert response.status_code == 200
+            etags[truncation] = response.headers["etag"]
+            served = client.get("/readyz").json()["config"]["truncation"]
+        assert served == (trained_run.config.truncation if truncation is None else truncation)
+    assert response.content == offline
+    assert etags[None] != etags[0.3]

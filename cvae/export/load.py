@@ -43,13 +43,15 @@ def load_export(folder: str | Path) -> ExportedModel:
     return ExportedModel(int(manifest["step"]), config, load_weights(folder / WEIGHTS), manifest)
 
 
-def load_exported_sampler(folder: str | Path, block_rows: int | None = None):
+def load_exported_sampler(folder: str | Path, block_rows: int | None = None, *,
+                          truncation: float | None = None):
     """`cvae.sampling.sampler.load_sampler` for an exported folder: blocks verified here."""
     from cvae.model.networks import create_model
     from cvae.sampling.sampler import create_sampler
 
     exported = load_export(folder)
-    sampler = create_sampler(create_model(exported.config), exported.config, exported.variables,
+    config = exported.config.drawn_at(truncation)
+    sampler = create_sampler(create_model(config), config, exported.variables,
                              step=exported.step, block_rows=block_rows)
     sampler.check_blocks()
     return sampler
@@ -61,13 +63,15 @@ def exported_step(folder: str | Path) -> int:
     return int(read_manifest(folder)["step"])
 
 
-def open_sampler(path: str | Path, step: int | None = None, block_rows: int | None = None):
+def open_sampler(path: str | Path, step: int | None = None, block_rows: int | None = None, *,
+                 truncation: float | None = None):
     """A sampler for a checkpoint directory (its newest or given step) or an exported folder
-    (its one step: another `step` is a CheckpointError)."""
+    (its one step: another `step` is a CheckpointError), drawing at `truncation` (None: the
+    run's own; `Config.drawn_at`)."""
     if not is_export(path):
         from cvae.sampling.sampler import load_sampler
 
-        return load_sampler(path, step, block_rows)
+        return load_sampler(path, step, block_rows, truncation=truncation)
     if step is not None and step != exported_step(path):
         raise CheckpointError(f"{path} holds step {exported_step(path)}, not step {step}")
-    return load_exported_sampler(path, block_rows)
+    return load_exported_sampler(path, block_rows, truncation=truncation)

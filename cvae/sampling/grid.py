@@ -34,6 +34,16 @@ def _check_int(name: str, value: object, low: int, *, high: int | None = None) -
     return value
 
 
+def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
+    """One digit -> ceil(sqrt(n)) columns; all digits -> one row per digit, cols = n.
+
+    The layout of docs/design.md, "HTTP service"; `cols` overrides it.
+    """
+    if cols is not None:
+        return cols
+    return n if digit is None else math.isqrt(n - 1) + 1
+
+
 def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE,
                pad: int = DEFAULT_PAD) -> tuple[int, int]:
     """Returns (height, width) in px of the grid that `make_grid` builds for `n` images."""

@@ -24,7 +24,7 @@ from cvae.sampling.blocks import (DECODE_BLOCKS, block_check, classify_probes, p
                                   sampler_probes)
 from cvae.config import NUM_CLASSES, Config
 from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
-from cvae.sampling.grid import make_grid, png_bytes
+from cvae.sampling.grid import grid_columns, make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.log_weights import create_bayes_classify_fn
 from cvae.model.losses import kl_divergence, reconstruction
@@ -359,25 +359,16 @@ class Sampler:
         return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
 
 
-def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
-    """One digit -> ceil(sqrt(n)) columns; all digits -> one row per digit, cols = n.
-
-    The layout of docs/design.md, "HTTP service"; `cols` overrides it.
-    """
-    if cols is not None:
-        return cols
-    return n if digit is None else int(np.ceil(np.sqrt(n)))
-
-
-def load_sampler(checkpoint_dir, step: int | None = None,
-                 block_rows: int | None = None) -> Sampler:
+def load_sampler(checkpoint_dir, step: int | None = None, block_rows: int | None = None, *,
+                 truncation: float | None = None) -> Sampler:
     """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them,
     its block sizes verified on this machine (`Sampler.check_blocks`, which also compiles them):
-    what `cvae sample`, the service and the tests use."""
+    what `cvae sample`, the service and the tests use. `truncation`: `Config.drawn_at`."""
     from cvae.model.store import load_trained_model  # Orbax: imported here, when first needed
 
     trained = load_trained_model(checkpoint_dir, step)
-    sampler = create_sampler(create_model(trained.config), trained.config, trained.variables,
+    config = trained.config.drawn_at(truncation)
+    sampler = create_sampler(create_model(config), config, trained.variables,
                              step=trained.step, block_rows=block_rows)
     sampler.check_blocks()
     return sampler

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from cvae.sampling.walks import DigitWalk, LatentWalk
-from cvae.sampling.sampler import DIGITS, LatentRequest, grid_columns
+from cvae.sampling.grid import grid_columns
+from cvae.sampling.sampler import DIGITS, LatentRequest
 from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
                                   random_seed)
 from service.params import SAMPLE_QUERY, InterpolateParams, SampleParams, sample_params
