@@ -148,6 +148,12 @@ LEVERS: dict[str, list[str]] = {
     "beta-1.4-draws-30-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
                                                 "--kl-weight", "1.4", "--prior-codes", "samples",
                                                 "--prior-components", "30"],
+    # Today's default (the draws' mixture, truncated at 0.75), sampling from an exponential
+    # moving average of the weights.
+    "ema-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
+                                                "--prior-codes", "samples",
+                                                "--prior-components", "30", "--truncation",
+                                                "0.75", "--ema-decay", "0.999"],
     # The convolutional encoder and decoder (its backward pass as matrix products): a screen
     # of 5 epochs (134 s), then as many epochs as fit the 5 minutes.
     "conv-59k-5": DEFAULT_59K + ["--architecture", "conv", "--epochs", "5",
