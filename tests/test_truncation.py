@@ -121,3 +121,21 @@ def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained
         assert served == (trained_run.config.truncation if truncation is None else truncation)
     assert response.content == offline
     assert etags[None] != etags[0.3]
+
+
+def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, tmp_path):
+    """`cvae export --truncation Q`: the folder's config says Q, its sampler gives `cvae sample
+    --truncation Q`'s bytes (its StableHLO and ONNX verified against that sampler at export),
+    and the card shows none of the run's `cvae eval` figures, which were drawn otherwise."""
+    from cvae.export.run import export_checkpoint
+
+    folder = tmp_path / "cut"
+    export_checkpoint(trained_run.directory, folder, truncation=0.3, log=lambda message: None)
+    exported = open_sampler(folder)
+    assert exported.config == trained_run.config.replace(truncation=0.3)
+    assert exported.sample_png(3, 16, 0) == \
+        open_sampler(trained_run.directory, truncation=0.3).sample_png(3, 16, 0)
+    card = (folder / "README.md").read_text()
+    assert "No figures here: the run's `cvae eval` figures are of its own truncation; this " \
+           "export draws at 0.3" in card
+    assert "--truncation 0.3" in card  # the train command that makes this config

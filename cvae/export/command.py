@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from cvae.cli_types import add_truncation_flag
+
 
 def add_export_flags(export) -> None:
     """The flags of `cvae export`; its parser (description, examples) comes from cvae/cli.py."""
@@ -17,6 +19,7 @@ def add_export_flags(export) -> None:
     export.add_argument("--force", action="store_true",
                         help="replace the exported files in a non-empty --out (other files "
                              "there are left alone)")
+    add_truncation_flag(export)
 
 
 def cmd_export(args) -> int:
@@ -26,7 +29,8 @@ def cmd_export(args) -> int:
         print(message, file=sys.stderr, flush=True)
 
     try:
-        manifest = export_checkpoint(args.checkpoint_dir, args.out, force=args.force, log=log)
+        manifest = export_checkpoint(args.checkpoint_dir, args.out, force=args.force,
+                                     truncation=args.truncation, log=log)
     except AssertionError as error:  # an artefact disagrees with the sampler: nothing written
         print(f"cvae export: error: verification failed, nothing written: {error}",
               file=sys.stderr)

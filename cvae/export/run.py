@@ -36,21 +36,24 @@ ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checke
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: bool = False,
-                      log=print) -> dict:
-    """Export the newest step of `checkpoint_dir` into `out`; returns the manifest."""
+                      truncation: float | None = None, log=print) -> dict:
+    """Export the newest step of `checkpoint_dir` into `out`, drawing at `truncation` (None:
+    the run's own; `Config.drawn_at`); returns the manifest."""
     checkpoint_dir, out = Path(checkpoint_dir), Path(out)
     check_out(out, checkpoint_dir, force=force)
     checkpoint = finished_checkpoint(checkpoint_dir)
     from cvae.model.networks import create_model
     from cvae.sampling.sampler import create_sampler
 
-    sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
-                             checkpoint.variables, step=checkpoint.step)
+    config = checkpoint.config.drawn_at(truncation)
+    sampler = create_sampler(create_model(config), config, checkpoint.variables,
+                             step=checkpoint.step)
     sampler.check_blocks()
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))
     try:
-        manifest = write_folder(staging, sampler, checkpoint_dir, name=out.name, log=log)
+        manifest = write_folder(staging, sampler, checkpoint_dir, name=out.name, log=log,
+                                redrawn=config.truncation != checkpoint.config.truncation)
         move_into(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -96,8 +99,11 @@ def finished_checkpoint(directory: Path):
         raise CheckpointError(f"{hint} ({str(error).splitlines()[0]})") from None
 
 
-def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log) -> dict:
-    """Every file of the export in `folder`, verified, the manifest last."""
+def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
+                 redrawn: bool = False) -> dict:
+    """Every file of the export in `folder`, verified, the manifest last. `redrawn`: the
+    sampler draws at another truncation than the run's, so `cvae eval`'s figures of the run
+    are not the card's."""
     step, config = sampler.step, sampler.config
     save_weights(folder / WEIGHTS, sampler.variables, {"format": "cvae", "step": str(step)})
     (folder / CONFIG).write_text(config.to_json() + "\n")
@@ -108,7 +114,9 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log)
     onnx_files.write_onnx(folder, onnx_functions(sampler))
     log("verifying against the JAX sampler")
     report = verify(folder, sampler)
-    eval_results, eval_note = eval_figures(checkpoint_dir, step)
+    eval_results, eval_note = eval_figures(checkpoint_dir, step) if not redrawn else (
+        None, f"the run's `cvae eval` figures are of its own truncation; this export draws at "
+              f"{config.truncation:g} (`cvae export --truncation`)")
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
     facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
                            sampler.has_classifier)
