@@ -1,6 +1,6 @@
 """argparse value types of the `cvae` command: a number checked against its range, naming the
-range when it is out of it; and the one flag that `cvae sample` and `cvae serve` share. Standard
-library only, so `--help` stays instant."""
+range when it is out of it; and the one flag that `cvae sample`, `cvae serve` and `cvae export`
+share. Standard library only, so `--help` stays instant."""
 
 from __future__ import annotations
 

@@ -259,9 +259,9 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def drawn_at(self, truncation: float | None) -> Config:
-        """This config, its samples truncated at `truncation` (None: at its own): what
-        `cvae sample --truncation` and `cvae serve --truncation` load. Sampling only, so the
-        weights serve unchanged."""
+        """This config, its samples truncated at `truncation` (None: at its own): what the
+        `--truncation` of `cvae sample`, `cvae serve` and `cvae export` loads. Sampling only,
+        so the weights serve unchanged."""
         return self if truncation is None else self.replace(truncation=truncation)
 
     def to_json(self) -> str:
