@@ -90,10 +90,8 @@ def onnx_functions(sampler) -> list[Portable]:
     model = create_model(config)
 
     def through_prior(noise, labels):
-        mixture = None if config.prior == "standard" else \
-            variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
-        return prior_lib.draw(noise, labels, mixture=mixture, truncation=config.truncation,
-                              sample_fn=onnx_prior_sample)
+        return prior_lib.draw(noise, labels, mixture=prior_lib.mixture_of(config.prior, variables),
+                              truncation=config.truncation, sample_fn=onnx_prior_sample)
 
     def sample(noise, labels):
         if isinstance(model, LadderCVAE):  # the prior maps the top layer's share of the noise

@@ -79,6 +79,12 @@ def sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
                                                truncate(noise, radius))
 
 
+def mixture_of(prior: str, variables: dict) -> dict | None:
+    """The mixture that `draw` samples for a model whose `Config.prior` is `prior`, from its
+    variables; None for the standard prior."""
+    return None if prior == "standard" else variables[COLLECTION][VARIABLE]
+
+
 def draw(noise: jax.Array, labels: jax.Array, *, mixture: dict | None, truncation: float,
          sample_fn: Callable = sample) -> jax.Array:
     """z for each row of noise f32[B, L] through the configured prior, truncated at the quantile

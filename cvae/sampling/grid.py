@@ -41,7 +41,7 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
     """
     if cols is not None:
         return cols
-    return n if digit is None else math.isqrt(n - 1) + 1
+    return n if digit is None else int(np.ceil(np.sqrt(n)))
 
 
 def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE,

@@ -59,14 +59,14 @@ def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
     first, through the prior and its truncation); None where it is the noise itself (one
     latent, standard prior, no truncation)."""
     width = code_dim(config)
-    if config.prior == "standard" and width == noise_dim(config) and config.truncation == 1:
+    if (config.prior == "standard" and width == noise_dim(config)
+            and prior_lib.truncation_radius(config.truncation, width) is None):
         return None
 
     @jax.jit
     def prior(variables, noise, labels):
-        mixture = None if config.prior == "standard" else \
-            variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
-        return prior_lib.draw(noise[:, :width], labels, mixture=mixture,
+        return prior_lib.draw(noise[:, :width], labels,
+                              mixture=prior_lib.mixture_of(config.prior, variables),
                               truncation=config.truncation)
 
     return prior
