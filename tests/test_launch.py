@@ -7,18 +7,22 @@ import pytest
 
 from cvae.training.launch import EXIT_PEER_FAILED, Launcher
 
-# Each child: sleep, then end in the given way. Like `cvae train`, which finishes its chunk
-# first, it outlives the launcher's SIGTERM.
+# Each child: ignore SIGTERM (like `cvae train`, which finishes its chunk first, it outlives the
+# launcher's SIGTERM), say it is ready, wait for the go, sleep, then end in the given way.
 ABORT, KILL = "os.abort()", "os.kill(os.getpid(), signal.SIGKILL)"
 
 
 def child(delay: float, ending: str) -> list[str]:
     return [sys.executable, "-c", "import os, signal, sys, time; "
-            f"signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep({delay}); {ending}"]
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+            f"sys.stdin.readline(); time.sleep({delay}); {ending}"]
 
 
 class Scripted(Launcher):
-    """The launcher's own watching, over scripted children instead of `cvae train`."""
+    """The launcher's own watching, over scripted children instead of `cvae train`.
+
+    The children's delays count from one go, given once all of them ignore SIGTERM, so the
+    order of their endings does not hang on how fast a loaded machine starts Python."""
 
     def __init__(self, commands: list[list[str]], *, ended_before_watching: bool = False):
         super().__init__(len(commands), [], grace=5.0)
@@ -26,7 +30,15 @@ class Scripted(Launcher):
         self.ended_before_watching = ended_before_watching
 
     def start(self) -> None:
-        self.processes = [subprocess.Popen(command) for command in self.commands]
+        self.processes = [subprocess.Popen(command, stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True)
+                          for command in self.commands]
+        for process in self.processes:
+            assert process.stdout.readline() == "ready\n"
+            process.stdout.close()
+        for process in self.processes:
+            process.stdin.write("go\n")
+            process.stdin.close()
         if self.ended_before_watching:  # so the first poll sees every failure at once
             for process in self.processes:
                 process.wait()
@@ -36,8 +48,6 @@ class Scripted(Launcher):
     # JAX's coordination service aborts the survivor after the killed peer: the peer is named.
     ([child(1.0, ABORT), child(0.0, KILL)], 137, "process 1 of 2 failed (killed by SIGKILL)"),
     # A process that says its peer failed is never the one named, even when it exits first.
-    # It waits 0.5 s first: the launcher's SIGTERM after its exit must find the peer already
-    # ignoring SIGTERM, which a loaded machine's Python start-up could otherwise still delay.
     ([child(0.5, f"sys.exit({EXIT_PEER_FAILED})"), child(1.5, "sys.exit(1)")], 1,
      "process 1 of 2 failed (exit code 1)"),
 ])
