@@ -82,8 +82,7 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
         refitted = checkpoint if own else refit_prior(checkpoint, data, c, codes)
         for s, q in itertools.product(sharpnesses, truncations):
             q = checkpoint.config.truncation if q is None else q
-            rendered = rendered_at(refitted, s)
-            rendered = dataclasses.replace(rendered, config=rendered.config.replace(truncation=q))
+            rendered = rendered_at(refitted, s, q)
             sampler = create_sampler(create_model(rendered.config), rendered.config,
                                      rendered.variables, step=rendered.step, block_rows=500)
             for t, seed in itertools.product(temperatures, range(draws)):

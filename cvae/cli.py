@@ -187,6 +187,7 @@ def add_eval_command(commands) -> None:
                           default=None,
                           help="render samples, reconstructions and reports at this sharpness "
                                "instead of the checkpoint's own (its config's pixel_sharpness)")
+    add_truncation_flag(evaluate)
     evaluate.add_argument("--no-fidelity", dest="fidelity", action="store_false", default=None,
                           help="skip the classifier-based sample scores")
     evaluate.add_argument("--classifier-dir", help="classifier cache (default DATA_DIR/classifier)")

@@ -260,9 +260,14 @@ class Config:
 
     def drawn_at(self, truncation: float | None) -> Config:
         """This config, its samples truncated at `truncation` (None: at its own): what the
-        `--truncation` of `cvae sample`, `cvae serve` and `cvae export` loads. Sampling only,
-        so the weights serve unchanged."""
+        `--truncation` of `cvae sample`, `cvae serve`, `cvae export` and `cvae eval` loads.
+        Sampling only, so the weights serve unchanged."""
         return self if truncation is None else self.replace(truncation=truncation)
+
+    def drawing(self) -> dict[str, float]:
+        """How this config draws and renders its samples (`DRAWING_FIELDS`): what two sets of
+        sample figures of the same weights must share to be the same figures."""
+        return {name: getattr(self, name) for name in DRAWING_FIELDS}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -329,13 +334,16 @@ def as_flags(fields: dict[str, Any]) -> list[str]:
 ABSENT_MEANS: dict[str, Any] = {"validation_size": 0, "prior": "standard",
                                 "pixel_sharpness": 1.0, "truncation": 1.0}
 
+# Fields that change only how samples are drawn and rendered, never the weights.
+DRAWING_FIELDS = ("pixel_sharpness", "truncation")
+
 # Fields a resumed run may change; every other one decides the parameter shapes, the optimizer
 # state, the data order or the objective, so it must match the checkpoint. (`schedule_epochs`
 # is checked on its own: `cvae.training.start.keep_schedule_span`.)
 RESUMABLE_CHANGES = ("epochs", "schedule_epochs", "max_steps", "steps_per_call",
                      "eval_batch_size", "eval_every", "early_stopping_patience",
                      "early_stopping_min_delta", "keep_checkpoints", "data_source",
-                     "pixel_sharpness", "truncation")
+                     *DRAWING_FIELDS)
 
 
 def coerce(hint: Any, value: Any, name: str) -> Any:

@@ -4,6 +4,8 @@ through every prior and the ladder."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,19 +125,33 @@ def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained
     assert etags[None] != etags[0.3]
 
 
-def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, tmp_path):
+def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, data_dir, tmp_path):
     """`cvae export --truncation Q`: the folder's config says Q, its sampler gives `cvae sample
     --truncation Q`'s bytes (its StableHLO and ONNX verified against that sampler at export),
-    and the card shows none of the run's `cvae eval` figures, which were drawn otherwise."""
+    and its card shows `cvae eval`'s figures only once they are drawn at Q too (`cvae eval
+    --truncation Q`, recorded in the JSON's config), naming that command until then."""
+    from cvae.evaluation.run import EvalOptions, run_eval
     from cvae.export.run import export_checkpoint
 
-    folder = tmp_path / "cut"
-    export_checkpoint(trained_run.directory, folder, truncation=0.3, log=lambda message: None)
+    run, folder = trained_run.copy_to(tmp_path / "run"), tmp_path / "cut"
+    eval_json, quick = run / "eval.json", ["--no-fidelity", "--iwae-k", "10", "--test-limit", "32"]
+    run_eval(run, data_dir, EvalOptions(iwae_k=10, test_limit=32, fidelity=False),
+             json_path=eval_json)  # the run's own drawing
+    export_checkpoint(run, folder, truncation=0.3, log=lambda message: None)
     exported = open_sampler(folder)
     assert exported.config == trained_run.config.replace(truncation=0.3)
-    assert exported.sample_png(3, 16, 0) == \
-        open_sampler(trained_run.directory, truncation=0.3).sample_png(3, 16, 0)
+    assert exported.sample_png(3, 16, 0) == open_sampler(run, truncation=0.3).sample_png(3, 16, 0)
     card = (folder / "README.md").read_text()
-    assert "No figures here: the run's `cvae eval` figures are of its own truncation; this " \
-           "export draws at 0.3" in card
+    sharpness, own = trained_run.config.pixel_sharpness, trained_run.config.truncation
+    assert (f"No figures here: {eval_json} scored samples drawn with pixel_sharpness "
+            f"{sharpness:g}, truncation {own:g}, this export draws with pixel_sharpness "
+            f"{sharpness:g}, truncation 0.3; run `cvae eval --checkpoint-dir {run} --json "
+            f"{eval_json} --pixel-sharpness {sharpness:g} --truncation 0.3`") in card
     assert "--truncation 0.3" in card  # the train command that makes this config
+
+    assert cvae_main(["eval", "--checkpoint-dir", str(run), "--data-dir", str(data_dir),
+                      "--json", str(eval_json), *quick, "--truncation", "0.3"]) == 0
+    assert json.loads(eval_json.read_text())["config"] == exported.config.to_dict()
+    export_checkpoint(run, folder, truncation=0.3, force=True, log=lambda message: None)
+    assert f"From `cvae eval` ({eval_json}) on 32 test examples" in \
+        (folder / "README.md").read_text()

@@ -80,6 +80,7 @@ class EvalOptions:
     balanced_samples: bool = False  # exactly samples_per_digit a label, not the data's proportions
     seed: int = 0  # binarisation, importance samples, generated samples, report picks
     pixel_sharpness: float | None = None  # render at this instead of the checkpoint's own
+    truncation: float | None = None  # draw at this instead of the checkpoint's own
     fidelity: bool = True
     classifier_dir: str | None = None  # default <data-dir>/classifier
     report_dir: str | None = None  # default: beside --json; None and no --json = no reports
@@ -192,7 +193,7 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     limit = options.test_limit or len(data.test_labels)
     images_u8, labels = data.test_images[:limit], np.asarray(data.test_labels[:limit])
     config = checkpoint.config
-    results = {"step": checkpoint.step, "likelihood": config.likelihood,
+    results = {"step": checkpoint.step, "config": config.to_dict(), "likelihood": config.likelihood,
                "latent_dim": noise_dim(config), "test_examples": int(limit),
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
     results.update(iwae_metrics(checkpoint, images_u8, labels, options=options))
@@ -283,13 +284,13 @@ def _finite(value):
     return value
 
 
-def rendered_at(checkpoint, sharpness: float | None):
-    """The checkpoint with its images rendered at `sharpness` (None: as its config says): the
-    weights and every bound are the same, only what the pixels look like changes."""
-    if sharpness is None:
-        return checkpoint
-    return dataclasses.replace(checkpoint,
-                               config=checkpoint.config.replace(pixel_sharpness=sharpness))
+def rendered_at(checkpoint, sharpness: float | None, truncation: float | None = None):
+    """The checkpoint with its images rendered at `sharpness` and drawn at `truncation` (None:
+    as its config says): the weights and every bound are the same, only the samples change."""
+    config = checkpoint.config.drawn_at(truncation)
+    if sharpness is not None:
+        config = config.replace(pixel_sharpness=sharpness)
+    return dataclasses.replace(checkpoint, config=config)
 
 
 def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions, *,
@@ -299,7 +300,8 @@ def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOpti
     if baseline_dir and not options.fidelity:
         raise ConfigError("--baseline-dir: compares sample fidelity, so it cannot go with "
                           "--no-fidelity")
-    checkpoint = rendered_at(load_trained_model(checkpoint_dir), options.pixel_sharpness)
+    checkpoint = rendered_at(load_trained_model(checkpoint_dir), options.pixel_sharpness,
+                             options.truncation)
     data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
     classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
     baseline = load_trained_model(baseline_dir) if baseline_dir else None

@@ -20,6 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from cvae.config import DRAWING_FIELDS, flag
 from cvae.errors import CheckpointError, ExportError
 from cvae.export import card, onnx_files, stablehlo
 from cvae.export.functions import exact_functions, onnx_functions
@@ -53,7 +54,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: boo
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-export-", dir=out.parent))
     try:
         manifest = write_folder(staging, sampler, checkpoint_dir, name=out.name, log=log,
-                                redrawn=config.truncation != checkpoint.config.truncation)
+                                run_config=checkpoint.config)
         move_into(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -100,10 +101,10 @@ def finished_checkpoint(directory: Path):
 
 
 def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
-                 redrawn: bool = False) -> dict:
-    """Every file of the export in `folder`, verified, the manifest last. `redrawn`: the
-    sampler draws at another truncation than the run's, so `cvae eval`'s figures of the run
-    are not the card's."""
+                 run_config=None) -> dict:
+    """Every file of the export in `folder`, verified, the manifest last. `run_config`: the
+    run's own config (default: the sampler's), which drew an `eval.json` that does not say
+    how it drew."""
     step, config = sampler.step, sampler.config
     save_weights(folder / WEIGHTS, sampler.variables, {"format": "cvae", "step": str(step)})
     (folder / CONFIG).write_text(config.to_json() + "\n")
@@ -114,9 +115,7 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
     onnx_files.write_onnx(folder, onnx_functions(sampler))
     log("verifying against the JAX sampler")
     report = verify(folder, sampler)
-    eval_results, eval_note = eval_figures(checkpoint_dir, step) if not redrawn else (
-        None, f"the run's `cvae eval` figures are of its own truncation; this export draws at "
-              f"{config.truncation:g} (`cvae export --truncation`)")
+    eval_results, eval_note = eval_figures(checkpoint_dir, step, config, run_config or config)
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
     facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
                            sampler.has_classifier)
@@ -167,9 +166,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def eval_figures(checkpoint_dir: Path, step: int) -> tuple[dict | None, str]:
-    """`cvae eval`'s JSON for this step (checkpoint_dir/eval.json, `make eval`'s), and a note
-    saying where the card's figures come from or why it has none."""
+def eval_figures(checkpoint_dir: Path, step: int, config, run_config) -> tuple[dict | None, str]:
+    """`cvae eval`'s JSON for this step (checkpoint_dir/eval.json, `make eval`'s), where its
+    samples were drawn as the export's `config` draws them, and a note saying where the card's
+    figures come from or why it has none. A JSON that does not say how it drew (written before
+    `cvae eval` recorded its config) drew as `run_config`, the run's own."""
     path = checkpoint_dir / "eval.json"
     command = f"`cvae eval --checkpoint-dir {checkpoint_dir} --json {path}` (`make eval`)"
     if not path.is_file():
@@ -181,8 +182,22 @@ def eval_figures(checkpoint_dir: Path, step: int) -> tuple[dict | None, str]:
     if results.get("step") != step:
         return None, (f"{path} is of step {results.get('step')}, not the exported step "
                       f"{step}; run {command}, then export again")
+    scored = results.get("config") or run_config.to_dict()
+    drawn = {name: scored.get(name) for name in DRAWING_FIELDS}
+    if drawn != config.drawing():
+        flags = " ".join(f"{flag(name)} {value:g}" for name, value in config.drawing().items())
+        return None, (f"{path} scored samples drawn with {_drawing_text(drawn)}, this export "
+                      f"draws with {_drawing_text(config.drawing())}; run `cvae eval "
+                      f"--checkpoint-dir {checkpoint_dir} --json {path} {flags}`, then export "
+                      f"again")
     return results, (f"From `cvae eval` ({path}) on {results.get('test_examples')} test "
                      f"examples")
+
+
+def _drawing_text(drawing: dict) -> str:
+    """{"pixel_sharpness": 1.3, "truncation": 0.75} -> "pixel_sharpness 1.3, truncation 0.75"."""
+    return ", ".join(f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
+                     for name, value in drawing.items())
 
 
 def move_into(staging: Path, out: Path) -> None:
