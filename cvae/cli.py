@@ -184,7 +184,6 @@ def add_eval_command(commands) -> None:
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
                           help="binarisation, importance samples and generated samples (default 0)")
     evaluate.add_argument("--pixel-sharpness", type=bounded(float, 0, 10, low_open=True),
-                          default=None,
                           help="render samples, reconstructions and reports at this sharpness "
                                "instead of the checkpoint's own (its config's pixel_sharpness)")
     add_truncation_flag(evaluate)

@@ -71,22 +71,23 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
 
     own = presets.test()
     redrawn = own.replace(truncation=0.5)
-    figures, note = eval_figures(tmp_path, 8, own, own)
+    figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
     assert figures is None and "did not exist" in note
     (tmp_path / "eval.json").write_text(json.dumps({"step": 4, "elbo": {"neg_elbo": 1.0}}))
-    figures, note = eval_figures(tmp_path, 8, own, own)
+    figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
     assert figures is None and "is of step 4, not the exported step 8" in note
     # Written before `cvae eval` recorded its config: drawn as the run draws.
-    (tmp_path / "eval.json").write_text(json.dumps({"step": 8, "elbo": {"neg_elbo": 1.0}}))
-    assert eval_figures(tmp_path, 8, own, own)[0] == {"step": 8, "elbo": {"neg_elbo": 1.0}}
-    figures, note = eval_figures(tmp_path, 8, redrawn, own)
+    unrecorded = {"step": 8, "elbo": {"neg_elbo": 1.0}}
+    (tmp_path / "eval.json").write_text(json.dumps(unrecorded))
+    assert eval_figures(tmp_path, 8, config=own, run_config=own)[0] == unrecorded
+    figures, note = eval_figures(tmp_path, 8, config=redrawn, run_config=own)
     assert figures is None and "this export draws with pixel_sharpness" in note
     assert note.endswith("--truncation 0.5`, then export again")
     # Recorded: its own drawing decides, whatever the run's.
     scored = {"step": 8, "config": redrawn.to_dict(), "elbo": {"neg_elbo": 1.0}}
     (tmp_path / "eval.json").write_text(json.dumps(scored))
-    assert eval_figures(tmp_path, 8, redrawn, own)[0] == scored
-    assert eval_figures(tmp_path, 8, own, own)[0] is None
+    assert eval_figures(tmp_path, 8, config=redrawn, run_config=own)[0] == scored
+    assert eval_figures(tmp_path, 8, config=own, run_config=own)[0] is None
     assert eval_metrics({"elbo": {"neg_elbo": 1.0}, "iwae": None}) == [
         ("neg_elbo", "negative ELBO (nats)", 1.0)]
 

@@ -115,7 +115,8 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
     onnx_files.write_onnx(folder, onnx_functions(sampler))
     log("verifying against the JAX sampler")
     report = verify(folder, sampler)
-    eval_results, eval_note = eval_figures(checkpoint_dir, step, config, run_config or config)
+    eval_results, eval_note = eval_figures(checkpoint_dir, step, config=config,
+                                          run_config=run_config or config)
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
     facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
                            sampler.has_classifier)
@@ -166,7 +167,8 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def eval_figures(checkpoint_dir: Path, step: int, config, run_config) -> tuple[dict | None, str]:
+def eval_figures(checkpoint_dir: Path, step: int, *, config,
+                 run_config) -> tuple[dict | None, str]:
     """`cvae eval`'s JSON for this step (checkpoint_dir/eval.json, `make eval`'s), where its
     samples were drawn as the export's `config` draws them, and a note saying where the card's
     figures come from or why it has none. A JSON that does not say how it drew (written before
