@@ -73,6 +73,9 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
     redrawn = own.replace(truncation=0.5)
     figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
     assert figures is None and "did not exist" in note
+    (tmp_path / "eval.json").write_text("[8]")
+    figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
+    assert figures is None and "did not read (not an object)" in note
     (tmp_path / "eval.json").write_text(json.dumps({"step": 4, "elbo": {"neg_elbo": 1.0}}))
     figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
     assert figures is None and "is of step 4, not the exported step 8" in note
@@ -88,6 +91,9 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
     (tmp_path / "eval.json").write_text(json.dumps(scored))
     assert eval_figures(tmp_path, 8, config=redrawn, run_config=own)[0] == scored
     assert eval_figures(tmp_path, 8, config=own, run_config=own)[0] is None
+    (tmp_path / "eval.json").write_text(json.dumps({**scored, "config": [0.75]}))
+    figures, note = eval_figures(tmp_path, 8, config=redrawn, run_config=own)
+    assert figures is None and "did not read (its config is not an object)" in note
     assert eval_metrics({"elbo": {"neg_elbo": 1.0}, "iwae": None}) == [
         ("neg_elbo", "negative ELBO (nats)", 1.0)]
 

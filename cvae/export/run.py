@@ -181,10 +181,15 @@ def eval_figures(checkpoint_dir: Path, step: int, *, config,
         results = json.loads(path.read_text())
     except ValueError as error:
         return None, f"{path} did not read ({error}); run {command}, then export again"
+    if not isinstance(results, dict):
+        return None, f"{path} did not read (not an object); run {command}, then export again"
     if results.get("step") != step:
         return None, (f"{path} is of step {results.get('step')}, not the exported step "
                       f"{step}; run {command}, then export again")
     scored = results.get("config") or run_config.to_dict()
+    if not isinstance(scored, dict):
+        return None, f"{path} did not read (its config is not an object); run {command}, then " \
+                     f"export again"
     drawn = {name: scored.get(name) for name in DRAWING_FIELDS}
     if drawn != config.drawing():
         flags = " ".join(f"{flag(name)} {value:g}" for name, value in config.drawing().items())
