@@ -70,7 +70,7 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
     from cvae.export.run import eval_figures
 
     own = presets.test()
-    redrawn = own.replace(truncation=0.5)
+    redrawn = own.replace(truncation=0.7777777)  # the command must give it exactly
     figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
     assert figures is None and "did not exist" in note
     (tmp_path / "eval.json").write_text("[8]")
@@ -85,15 +85,16 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
     assert eval_figures(tmp_path, 8, config=own, run_config=own)[0] == unrecorded
     figures, note = eval_figures(tmp_path, 8, config=redrawn, run_config=own)
     assert figures is None and "this export draws with pixel_sharpness" in note
-    assert note.endswith("--truncation 0.5`, then export again")
+    assert note.endswith("--truncation 0.7777777`, then export again")
     # Recorded: its own drawing decides, whatever the run's.
     scored = {"step": 8, "config": redrawn.to_dict(), "elbo": {"neg_elbo": 1.0}}
     (tmp_path / "eval.json").write_text(json.dumps(scored))
     assert eval_figures(tmp_path, 8, config=redrawn, run_config=own)[0] == scored
     assert eval_figures(tmp_path, 8, config=own, run_config=own)[0] is None
-    (tmp_path / "eval.json").write_text(json.dumps({**scored, "config": [0.75]}))
-    figures, note = eval_figures(tmp_path, 8, config=redrawn, run_config=own)
-    assert figures is None and "did not read (its config is not an object)" in note
+    for wrong in ([0.75], [], 0):  # even a falsy one is not read as "none recorded"
+        (tmp_path / "eval.json").write_text(json.dumps({**scored, "config": wrong}))
+        figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
+        assert figures is None and "did not read (its config is not an object)" in note
     assert eval_metrics({"elbo": {"neg_elbo": 1.0}, "iwae": None}) == [
         ("neg_elbo", "negative ELBO (nats)", 1.0)]
 

@@ -144,9 +144,9 @@ def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, dat
     card = (folder / "README.md").read_text()
     sharpness, own = trained_run.config.pixel_sharpness, trained_run.config.truncation
     assert (f"No figures here: {eval_json} scored samples drawn with pixel_sharpness "
-            f"{sharpness:g}, truncation {own:g}, this export draws with pixel_sharpness "
-            f"{sharpness:g}, truncation 0.3; run `cvae eval --checkpoint-dir {run} --json "
-            f"{eval_json} --pixel-sharpness {sharpness:g} --truncation 0.3`") in card
+            f"{sharpness!r}, truncation {own!r}, this export draws with pixel_sharpness "
+            f"{sharpness!r}, truncation 0.3; run `cvae eval --checkpoint-dir {run} --json "
+            f"{eval_json} --pixel-sharpness {sharpness!r} --truncation 0.3`") in card
     assert "--truncation 0.3" in card  # the train command that makes this config
 
     assert cvae_main(["eval", "--checkpoint-dir", str(run), "--data-dir", str(data_dir),

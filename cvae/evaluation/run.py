@@ -285,8 +285,9 @@ def _finite(value):
 
 
 def rendered_at(checkpoint, sharpness: float | None, truncation: float | None = None):
-    """The checkpoint with its images rendered at `sharpness` and drawn at `truncation` (None:
-    as its config says): the weights and every bound are the same, only the samples change."""
+    """The checkpoint with its images rendered at `sharpness` and its samples drawn at
+    `truncation` (None: as its config says): the weights and every bound are the same, only
+    the pictures change."""
     config = checkpoint.config.drawn_at(truncation)
     if sharpness is not None:
         config = config.replace(pixel_sharpness=sharpness)

@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from cvae.config import DRAWING_FIELDS, flag
+from cvae.config import ABSENT_MEANS, DRAWING_FIELDS, flag
 from cvae.errors import CheckpointError, ExportError
 from cvae.export import card, onnx_files, stablehlo
 from cvae.export.functions import exact_functions, onnx_functions
@@ -186,13 +186,15 @@ def eval_figures(checkpoint_dir: Path, step: int, *, config,
     if results.get("step") != step:
         return None, (f"{path} is of step {results.get('step')}, not the exported step "
                       f"{step}; run {command}, then export again")
-    scored = results.get("config") or run_config.to_dict()
+    scored = results.get("config")
+    if scored is None:  # written before `cvae eval` recorded its config: the run's drawing
+        scored = run_config.to_dict()
     if not isinstance(scored, dict):
         return None, f"{path} did not read (its config is not an object); run {command}, then " \
                      f"export again"
-    drawn = {name: scored.get(name) for name in DRAWING_FIELDS}
-    if drawn != config.drawing():
-        flags = " ".join(f"{flag(name)} {value:g}" for name, value in config.drawing().items())
+    drawn = {name: scored.get(name, ABSENT_MEANS.get(name)) for name in DRAWING_FIELDS}
+    if drawn != config.drawing():  # repr: the exact value, which `cvae eval` records as given
+        flags = " ".join(f"{flag(name)} {value!r}" for name, value in config.drawing().items())
         return None, (f"{path} scored samples drawn with {_drawing_text(drawn)}, this export "
                       f"draws with {_drawing_text(config.drawing())}; run `cvae eval "
                       f"--checkpoint-dir {checkpoint_dir} --json {path} {flags}`, then export "
@@ -203,8 +205,7 @@ def eval_figures(checkpoint_dir: Path, step: int, *, config,
 
 def _drawing_text(drawing: dict) -> str:
     """{"pixel_sharpness": 1.3, "truncation": 0.75} -> "pixel_sharpness 1.3, truncation 0.75"."""
-    return ", ".join(f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
-                     for name, value in drawing.items())
+    return ", ".join(f"{name} {value!r}" for name, value in drawing.items())
 
 
 def move_into(staging: Path, out: Path) -> None:
