@@ -125,7 +125,8 @@ def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained
     assert etags[None] != etags[0.3]
 
 
-def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, data_dir, tmp_path):
+def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, data_dir, tmp_path,
+                                                                capsys):
     """`cvae export --truncation Q`: the folder's config says Q, its sampler gives `cvae sample
     --truncation Q`'s bytes (its StableHLO and ONNX verified against that sampler at export),
     and its card shows `cvae eval`'s figures only once they are drawn at Q too (`cvae eval
@@ -149,8 +150,10 @@ def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, dat
             f"{eval_json} --pixel-sharpness {sharpness!r} --truncation 0.3`") in card
     assert "--truncation 0.3" in card  # the train command that makes this config
 
+    capsys.readouterr()
     assert cvae_main(["eval", "--checkpoint-dir", str(run), "--data-dir", str(data_dir),
                       "--json", str(eval_json), *quick, "--truncation", "0.3"]) == 0
+    assert f"samples drawn at truncation 0.3, sharpness {sharpness!r}\n" in capsys.readouterr().out
     assert json.loads(eval_json.read_text())["config"] == exported.config.to_dict()
     export_checkpoint(run, folder, truncation=0.3, force=True, log=lambda message: None)
     assert f"From `cvae eval` ({eval_json}) on 32 test examples" in \

@@ -218,8 +218,10 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
 def summary_table(results: dict) -> str:
     """The human-readable summary printed by `cvae eval`."""
     elbo = results["elbo"]
+    drawn = results["config"]
     lines = [f"checkpoint step {results['step']}, {results['likelihood']} likelihood, "
-             f"{results['test_examples']} test examples",
+             f"{results['test_examples']} test examples; samples drawn at truncation "
+             f"{drawn['truncation']!r}, sharpness {drawn['pixel_sharpness']!r}",
              f"  {'reconstruction':<34}{elbo['reconstruction']:>10.2f} nats",
              f"  {'KL':<34}{elbo['kl']:>10.2f} nats",
              f"  {'negative ELBO':<34}{elbo['neg_elbo']:>10.2f} nats",
