@@ -101,10 +101,9 @@ def finished_checkpoint(directory: Path):
 
 
 def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
-                 run_config=None) -> dict:
+                 run_config) -> dict:
     """Every file of the export in `folder`, verified, the manifest last. `run_config`: the
-    run's own config (default: the sampler's), which drew an `eval.json` that does not say
-    how it drew."""
+    run's own config, which drew an `eval.json` that does not say how it drew."""
     step, config = sampler.step, sampler.config
     save_weights(folder / WEIGHTS, sampler.variables, {"format": "cvae", "step": str(step)})
     (folder / CONFIG).write_text(config.to_json() + "\n")
@@ -116,7 +115,7 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
     log("verifying against the JAX sampler")
     report = verify(folder, sampler)
     eval_results, eval_note = eval_figures(checkpoint_dir, step, config=config,
-                                          run_config=run_config or config)
+                                          run_config=run_config)
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
     facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
                            sampler.has_classifier)
@@ -193,7 +192,8 @@ def eval_figures(checkpoint_dir: Path, step: int, *, config,
         return None, f"{path} did not read (its config is not an object); run {command}, then " \
                      f"export again"
     drawn = {name: scored.get(name, ABSENT_MEANS.get(name)) for name in DRAWING_FIELDS}
-    if drawn != config.drawing():  # repr: the exact value, which `cvae eval` records as given
+    if drawn != config.drawing():
+        # repr: the exact value, which `cvae eval` records as given (`:g` would round it)
         flags = " ".join(f"{flag(name)} {value!r}" for name, value in config.drawing().items())
         return None, (f"{path} scored samples drawn with {_drawing_text(drawn)}, this export "
                       f"draws with {_drawing_text(config.drawing())}; run `cvae eval "
