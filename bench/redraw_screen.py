@@ -32,19 +32,29 @@ COLUMNS = ("accuracy", "fd", "precision", "recall")
 
 
 def image_scores(sampler, images: np.ndarray, labels: np.ndarray, seed: int,
-                 counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Each of SCORES for images f32[N, 28, 28] drawn by `eval_samples` at `seed`: f32[N]."""
+                 counts: np.ndarray, names=SCORES) -> dict[str, np.ndarray]:
+    """The scores `names` of images f32[N, 28, 28] drawn by `eval_samples` at `seed`: f32[N]."""
     u8 = np.round(images * 255).astype(np.uint8)
     mean, logvar, neg_elbo = sampler.encode(u8, labels)
-    p = np.clip(images.reshape(len(images), -1), 1e-6, 1 - 1e-6)
-    entropy = -(p * np.log(p) + (1 - p) * np.log1p(-p)).sum(-1)
-    bayes = -np.log(sampler.classify(u8)[np.arange(len(labels)), labels] + 1e-12)
-    noise = np.concatenate([request_latents(seed, (digit,), int(n), latent_dim=sampler.noise_dim,
-                                            temperature=1.0)[0]
-                            for digit, n in enumerate(counts) if n])
-    z = sampler.to_codes(noise, labels.astype(np.int32))
-    cycle = 0.5 * (np.square(z - mean) / np.exp(logvar) + logvar + np.log(2 * np.pi)).sum(-1)
-    return {"elbo": neg_elbo, "entropy": entropy, "bayes": bayes, "cycle": cycle}
+    scores = {"elbo": lambda: neg_elbo}
+
+    def entropy():
+        p = np.clip(images.reshape(len(images), -1), 1e-6, 1 - 1e-6)
+        return -(p * np.log(p) + (1 - p) * np.log1p(-p)).sum(-1)
+
+    def bayes():
+        return -np.log(sampler.classify(u8)[np.arange(len(labels)), labels] + 1e-12)
+
+    def cycle():
+        noise = np.concatenate([
+            request_latents(seed, (digit,), int(n), latent_dim=sampler.noise_dim,
+                            temperature=1.0)[0] for digit, n in enumerate(counts) if n])
+        z = sampler.to_codes(noise, labels.astype(np.int32))
+        return 0.5 * (np.square(z - mean) / np.exp(logvar) + logvar
+                      + np.log(2 * np.pi)).sum(-1)
+
+    scores.update(entropy=entropy, bayes=bayes, cycle=cycle)
+    return {name: scores[name]() for name in names}
 
 
 def candidates(sampler, reference_labels: np.ndarray, count: int):
