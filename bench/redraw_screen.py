@@ -31,7 +31,7 @@ SCORES = ("elbo", "entropy", "bayes", "cycle")
 COLUMNS = ("accuracy", "fd", "precision", "recall")
 
 
-def image_scores(sampler, images: np.ndarray, labels: np.ndarray, seed: int,
+def image_scores(sampler, images: np.ndarray, labels: np.ndarray, *, seed: int,
                  counts: np.ndarray, names=SCORES) -> dict[str, np.ndarray]:
     """The scores `names` of images f32[N, 28, 28] drawn by `eval_samples` at `seed`: f32[N]."""
     u8 = np.round(images * 255).astype(np.uint8)
@@ -57,14 +57,15 @@ def image_scores(sampler, images: np.ndarray, labels: np.ndarray, seed: int,
     return {name: scores[name]() for name in names}
 
 
-def candidates(sampler, reference_labels: np.ndarray, count: int):
+def candidates(sampler, reference_labels: np.ndarray, count: int, *, names=SCORES):
     """`count` draws of `cvae eval`'s samples: (images f32[C, N, 28, 28], labels i64[N],
-    {score: f32[C, N]})."""
-    drawn, scores = [], {name: [] for name in SCORES}
+    {score: f32[C, N]} for the scores `names`)."""
+    drawn, scores = [], {name: [] for name in names}
     for seed in range(count):
         images, labels, counts = eval_samples(sampler, reference_labels, EvalOptions(seed=seed))
         drawn.append(images)
-        for name, value in image_scores(sampler, images, labels, seed, counts).items():
+        scored = image_scores(sampler, images, labels, seed=seed, counts=counts, names=names)
+        for name, value in scored.items():
             scores[name].append(value)
     return np.stack(drawn), labels, {name: np.stack(v) for name, v in scores.items()}
 
@@ -80,7 +81,7 @@ def screen(checkpoint_dir: str, data, classifier, reference, *, count: int,
     `truncation` (None: the run's own)."""
     sampler = load_sampler(checkpoint_dir, block_rows=500, truncation=truncation)
     reference_labels = np.asarray(data.test_labels)[1::2]
-    images, labels, scored = candidates(sampler, reference_labels, count)
+    images, labels, scored = candidates(sampler, reference_labels, count, names=scores)
 
     def columns(chosen):
         result = fidelity.score_images(classifier, chosen, labels, reference_features=reference,

@@ -59,7 +59,8 @@ def test_the_cycle_score_reads_the_codes_that_drew_each_image(drawn):
     codes = sampler.to_codes(noise, labels.astype(np.int32))
     np.testing.assert_allclose(sampler.decode_codes(codes, labels.astype(np.int32)), images[1],
                                atol=1e-5)  # two programs: equal up to XLA's fusions
-    again = image_scores(sampler, images[1], labels, 1, counts, names=("cycle", "entropy"))
+    again = image_scores(sampler, images[1], labels, seed=1, counts=counts,
+                         names=("cycle", "entropy"))
     assert all(np.array_equal(again[name], scores[name][1]) for name in again)
-    wrong = image_scores(sampler, images[1], labels, 2, counts, names=("cycle",))
+    wrong = image_scores(sampler, images[1], labels, seed=2, counts=counts, names=("cycle",))
     assert not np.array_equal(wrong["cycle"], scores["cycle"][1])
