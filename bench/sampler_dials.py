@@ -1,10 +1,12 @@
 """The sampler's dials on trained checkpoints: the fitted mixture's components a class, the
 temperature, the pixel sharpness and the truncation, each setting scored over several draws of
-the samples.
+the samples; and, for every setting of a call, the mixture's component weights raised to a
+power and renormalised (`--weight-power`: above 1 the common components are drawn more often,
+below 1 the rare ones).
 
     python -m bench.sampler_dials --checkpoint-dirs A,B,C [--components 10,30,100]
         [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--truncations 0.75,1]
-        [--draws 3] [--data-dir data] [--json FILE] [--out FILE.md]
+        [--weight-power 1] [--draws 3] [--data-dir data] [--json FILE] [--out FILE.md]
 
 None of these dials changes what a model learnt. The mixture is refitted as training's last fit
 made it (`refit_prior`: the codes of the same training digits, the same key), with another
@@ -68,18 +70,32 @@ def refit_prior(checkpoint: TrainedModel, data, components: int,
                    prior_lib.COLLECTION: {prior_lib.VARIABLE: jax.device_get(mixture)}})
 
 
+def with_weight_power(checkpoint: TrainedModel, power: float) -> TrainedModel:
+    """The checkpoint with its mixture's component weights w replaced by w^power / sum(w^power)
+    in each class (power 1: the checkpoint itself)."""
+    if power == 1:
+        return checkpoint
+    mixture = dict(jax.device_get(checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]))
+    weights = np.asarray(mixture["weights"], np.float64) ** power
+    mixture["weights"] = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
+    return dataclasses.replace(checkpoint, variables={
+        **checkpoint.variables, prior_lib.COLLECTION: {prior_lib.VARIABLE: mixture}})
+
+
 def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
           sharpnesses, draws: int, codes: str | None = None, truncations=(None,),
-          per_digit: int = 500) -> dict:
+          weight_power: float = 1.0, per_digit: int = 500) -> dict:
     """{(components, temperature, sharpness, truncation): [one dict of COLUMNS per draw]} for
-    one run, its mixture fitted to `codes` and drawn at each truncation (None: as it was)."""
+    one run, its mixture fitted to `codes`, its weights raised to `weight_power`, and drawn at
+    each truncation (None: as it was)."""
     checkpoint = load_trained_model(checkpoint_dir)
     reference_labels = np.asarray(data.test_labels)[1::2]
     scored = {}
     for c in components:
         own = (c == checkpoint.config.prior_components
                and codes in (None, checkpoint.config.prior_codes))
-        refitted = checkpoint if own else refit_prior(checkpoint, data, c, codes)
+        refitted = with_weight_power(
+            checkpoint if own else refit_prior(checkpoint, data, c, codes), weight_power)
         for s, q in itertools.product(sharpnesses, truncations):
             q = checkpoint.config.truncation if q is None else q
             rendered = rendered_at(refitted, s, q)
@@ -122,6 +138,8 @@ def main() -> None:
     parser.add_argument("--truncations",
                         help="quantiles of N(0, I)'s radius (`--truncation`; 1 = none; "
                              "default: the run's own)")
+    parser.add_argument("--weight-power", type=float, default=1.0,
+                        help="raise the mixture's component weights to this power (renormalised)")
     parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json")
@@ -136,9 +154,10 @@ def main() -> None:
              "truncations": ([float(q) for q in args.truncations.split(",")]
                              if args.truncations else [None])}
     results = {d: sweep(d, data, classifier, reference, draws=args.draws, codes=args.codes,
-                        **dials)
+                        weight_power=args.weight_power, **dials)
                for d in args.checkpoint_dirs.split(",") if d}
-    text = table(results)
+    text = table(results) + (f"\nComponent weights raised to the power {args.weight_power:g}."
+                             "\n" if args.weight_power != 1 else "")
     print(text)
     if args.out:
         Path(args.out).write_text(text)

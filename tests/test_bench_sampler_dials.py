@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bench.sampler_dials import COLUMNS, refit_prior, sweep
+from bench.sampler_dials import COLUMNS, refit_prior, sweep, with_weight_power
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.evaluation import fidelity
@@ -99,3 +99,23 @@ def test_a_truncation_is_scored_as_cvae_eval_scores_a_run_that_truncates(mixture
                           reference_labels=np.asarray(data.test_labels)[1::2],
                           options=EvalOptions(samples_per_digit=6, seed=0))
     assert plain["fd"] != theirs["fd"]
+
+
+def test_a_weight_power_reweights_the_components_and_keeps_everything_else(mixture_run):
+    directory, data = mixture_run
+    checkpoint = load_trained_model(directory)
+    assert with_weight_power(checkpoint, 1.0) is checkpoint
+    mixture = checkpoint.variables["prior"]["mixture"]
+    squared = with_weight_power(checkpoint, 2.0).variables["prior"]["mixture"]
+    weights = np.asarray(mixture["weights"], np.float64)
+    expected = weights ** 2 / (weights ** 2).sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(squared["weights"]), expected, rtol=1e-6)
+    assert all(np.array_equal(np.asarray(mixture[k]), np.asarray(squared[k]))
+               for k in mixture if k != "weights")
+    classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    dials = dict(components=(2,), temperatures=(1.0,), sharpnesses=(1.3,), draws=1,
+                 per_digit=6)
+    plain = sweep(str(directory), data, classifier, reference, **dials)
+    flat = sweep(str(directory), data, classifier, reference, weight_power=0.0, **dials)
+    assert list(flat) == list(plain) and flat != plain  # power 0: every component alike
