@@ -162,6 +162,14 @@ LEVERS: dict[str, list[str]] = {
                                                      "--prior-codes", "samples",
                                                      "--prior-components", "30",
                                                      "--truncation", "0.75"],
+    # Today's default with its KL weight warmed up from 0 over its first 20 epochs: codes that
+    # settle before the KL pulls them in (Sønderby et al. 2016).
+    "klwarmup-20-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
+                                                        "1.3", "--kl-schedule", "linear",
+                                                        "--kl-warmup-steps", "9200",
+                                                        "--prior-codes", "samples",
+                                                        "--prior-components", "30",
+                                                        "--truncation", "0.75"],
     # The convolutional encoder and decoder (its backward pass as matrix products): a screen
     # of 5 epochs (134 s), then as many epochs as fit the 5 minutes.
     "conv-59k-5": DEFAULT_59K + ["--architecture", "conv", "--epochs", "5",
