@@ -162,6 +162,12 @@ LEVERS: dict[str, list[str]] = {
                                                      "--prior-codes", "samples",
                                                      "--prior-components", "30",
                                                      "--truncation", "0.75"],
+    # And with 12 latents: codes that fill their space more densely, fewer holes to draw from.
+    "latent12-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
+                                                     "1.3", "--latent-dim", "12",
+                                                     "--prior-codes", "samples",
+                                                     "--prior-components", "30",
+                                                     "--truncation", "0.75"],
     # Today's default with its KL weight warmed up from 0 over its first 20 epochs: codes that
     # settle before the KL pulls them in (Sønderby et al. 2016).
     "klwarmup-20-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
