@@ -154,8 +154,8 @@ LEVERS: dict[str, list[str]] = {
                                                 "--prior-codes", "samples",
                                                 "--prior-components", "30", "--truncation",
                                                 "0.75", "--ema-decay", "0.999"],
-    # Today's default with 32 latents instead of 16 (the same hidden widths, about the same
-    # step): codes that carry more of each digit, sampled by the draws' mixture, which fits
+    # Today's default with 32 latents instead of 16 (the same hidden widths; a step costs
+    # about as much): codes that carry more of each digit, sampled by the draws' mixture, which fits
     # inactive dimensions as they are drawn.
     "latent32-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
                                                      "1.3", "--latent-dim", "32",

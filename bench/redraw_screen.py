@@ -5,12 +5,14 @@ candidate the model scores best kept, and the kept samples scored as `cvae eval`
     python -m bench.redraw_screen --checkpoint-dirs A,B,C [--candidates 4]
         [--scores elbo,entropy,bayes,cycle] [--truncation Q] [--data-dir data] [--json FILE]
 
-The scores are the model's own, lower is better: "elbo", -ELBO of the drawn image under the
-asked label (`Sampler.encode`); "entropy", the drawn image's pixel entropy (the decoder's
-doubt, in nats); "bayes", -log p(asked label | image) by the model's Bayes' rule
-(`Sampler.classify`); "cycle", -log q(z | image, label) of the code that drew it, high where a
-code decodes to an image that the encoder puts elsewhere. One candidate (C = 1) is `cvae eval`'s
-own draw.
+The scores are the model's own, lower is better, each computed on the image as drawn (rendered
+at the run's pixel sharpness; the encoder and the classifier read it as 8-bit pixels, as the
+service does): "elbo", its -ELBO under the asked label (`Sampler.encode`); "entropy", its
+pixel entropy in nats, the rendered share of the decoder's doubt; "bayes", -log p(asked label |
+image) by the model's reading of it (`Sampler.classify`: Bayes' rule for a model trained with
+every label); "cycle", -log q(z | image, label) of the code that drew it, high where a code
+decodes to an image that the encoder puts elsewhere. The first candidate is `cvae eval`'s own
+draw, so one candidate scores as `cvae eval` does.
 """
 
 from __future__ import annotations
@@ -22,18 +24,32 @@ from pathlib import Path
 
 import numpy as np
 
+from cvae.cli_types import add_truncation_flag, bounded
+from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, eval_samples
-from cvae.sampling.sampler import load_sampler, request_latents
+from cvae.evaluation.run import EvalOptions, eval_samples, rendered_at
+from cvae.limits import DEFAULT_TEMPERATURE
+from cvae.model.networks import create_model
+from cvae.model.store import load_trained_model
+from cvae.sampling.sampler import create_sampler, request_latents
 
 SCORES = ("elbo", "entropy", "bayes", "cycle")
 COLUMNS = ("accuracy", "fd", "precision", "recall")
 
 
+def eval_sampler(checkpoint_dir: str, truncation: float | None = None):
+    """The sampler `cvae eval` draws its samples with (`sample_scores`), at `truncation`
+    (None: the run's own)."""
+    checkpoint = rendered_at(load_trained_model(checkpoint_dir), None, truncation)
+    return create_sampler(create_model(checkpoint.config), checkpoint.config,
+                          checkpoint.variables, step=checkpoint.step, block_rows=500)
+
+
 def image_scores(sampler, images: np.ndarray, labels: np.ndarray, *, seed: int,
-                 counts: np.ndarray, names=SCORES) -> dict[str, np.ndarray]:
-    """The scores `names` of images f32[N, 28, 28] drawn by `eval_samples` at `seed`: f32[N]."""
+                 names=SCORES) -> dict[str, np.ndarray]:
+    """The scores `names` of images f32[N, 28, 28] that `eval_samples` drew at `seed` (its
+    labels i64[N], digit-major): f32[N] each."""
     u8 = np.round(images * 255).astype(np.uint8)
     mean, logvar, neg_elbo = sampler.encode(u8, labels)
     scores = {"elbo": lambda: neg_elbo}
@@ -46,9 +62,11 @@ def image_scores(sampler, images: np.ndarray, labels: np.ndarray, *, seed: int,
         return -np.log(sampler.classify(u8)[np.arange(len(labels)), labels] + 1e-12)
 
     def cycle():
+        counts = np.bincount(labels, minlength=NUM_CLASSES)
         noise = np.concatenate([
             request_latents(seed, (digit,), int(n), latent_dim=sampler.noise_dim,
-                            temperature=1.0)[0] for digit, n in enumerate(counts) if n])
+                            temperature=DEFAULT_TEMPERATURE)[0]
+            for digit, n in enumerate(counts) if n])
         z = sampler.to_codes(noise, labels.astype(np.int32))
         return 0.5 * (np.square(z - mean) / np.exp(logvar) + logvar
                       + np.log(2 * np.pi)).sum(-1)
@@ -57,15 +75,17 @@ def image_scores(sampler, images: np.ndarray, labels: np.ndarray, *, seed: int,
     return {name: scores[name]() for name in names}
 
 
-def candidates(sampler, reference_labels: np.ndarray, count: int, *, names=SCORES):
+def candidates(sampler, reference_labels: np.ndarray, count: int, *, names=SCORES,
+               per_digit: int = 500):
     """`count` draws of `cvae eval`'s samples: (images f32[C, N, 28, 28], labels i64[N],
     {score: f32[C, N]} for the scores `names`)."""
     drawn, scores = [], {name: [] for name in names}
     for seed in range(count):
-        images, labels, counts = eval_samples(sampler, reference_labels, EvalOptions(seed=seed))
+        images, labels, _ = eval_samples(sampler, reference_labels,
+                                         EvalOptions(samples_per_digit=per_digit, seed=seed))
         drawn.append(images)
-        scored = image_scores(sampler, images, labels, seed=seed, counts=counts, names=names)
-        for name, value in scored.items():
+        for name, value in image_scores(sampler, images, labels, seed=seed,
+                                        names=names).items():
             scores[name].append(value)
     return np.stack(drawn), labels, {name: np.stack(v) for name, v in scores.items()}
 
@@ -76,17 +96,18 @@ def best_of(images: np.ndarray, score: np.ndarray) -> np.ndarray:
 
 
 def screen(checkpoint_dir: str, data, classifier, reference, *, count: int,
-           scores=SCORES, truncation: float | None = None) -> dict:
+           scores=SCORES, truncation: float | None = None, per_digit: int = 500) -> dict:
     """{"one draw": COLUMNS, score: COLUMNS for the best of `count` by that score}, drawn at
     `truncation` (None: the run's own)."""
-    sampler = load_sampler(checkpoint_dir, block_rows=500, truncation=truncation)
+    sampler = eval_sampler(checkpoint_dir, truncation)
     reference_labels = np.asarray(data.test_labels)[1::2]
-    images, labels, scored = candidates(sampler, reference_labels, count, names=scores)
+    images, labels, scored = candidates(sampler, reference_labels, count, names=scores,
+                                        per_digit=per_digit)
 
     def columns(chosen):
         result = fidelity.score_images(classifier, chosen, labels, reference_features=reference,
                                        reference_labels=reference_labels)
-        return {k: float(result[k]) for k in COLUMNS}
+        return {k: result[k] for k in COLUMNS}
 
     rows = {"one draw": columns(images[0])}
     for name in scores:
@@ -98,9 +119,12 @@ def screen(checkpoint_dir: str, data, classifier, reference, *, count: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint-dirs", required=True, help="comma-separated run folders")
-    parser.add_argument("--candidates", type=int, default=4)
-    parser.add_argument("--scores", default=",".join(SCORES))
-    parser.add_argument("--truncation", type=float, help="default: the run's own")
+    parser.add_argument("--candidates", type=bounded(int, 1, 64), default=4,
+                        help="draws of each sample slot, sample seeds 0 .. C - 1 (default 4)")
+    parser.add_argument("--scores", default=",".join(SCORES),
+                        help=f"comma-separated, each kept by its own row (default: all of "
+                             f"{', '.join(SCORES)})")
+    add_truncation_flag(parser)
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -111,7 +135,7 @@ def main() -> None:
     classifier = fidelity.load_or_train_classifier(data, str(Path(args.data_dir) / "classifier"))
     _, reference = classifier.logits_and_features(data.test_images[1::2])
     runs = {d: screen(d, data, classifier, reference, count=args.candidates, scores=scores,
-                   truncation=args.truncation)
+                      truncation=args.truncation)
             for d in args.checkpoint_dirs.split(",") if d}
     print(f"| best of {args.candidates} by | " + " | ".join(COLUMNS) + " |")
     print("|---|" + "---:|" * len(COLUMNS))
@@ -119,7 +143,7 @@ def main() -> None:
         medians = [statistics.median(run[row][k] for run in runs.values()) for k in COLUMNS]
         print(f"| {row} | " + " | ".join(f"{m:.4f}" for m in medians) + " |")
     if args.json:
-        Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(runs, indent=2, default=float) + "\n")
 
 
 if __name__ == "__main__":

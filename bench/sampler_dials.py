@@ -30,6 +30,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from cvae.cli_types import bounded
 from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.data.splits import split_training_set
@@ -75,6 +76,8 @@ def with_weight_power(checkpoint: TrainedModel, power: float) -> TrainedModel:
     in each class (power 1: the checkpoint itself)."""
     if power == 1:
         return checkpoint
+    if power <= 0 or prior_lib.COLLECTION not in checkpoint.variables:
+        raise ValueError("with_weight_power: a power > 0, on a checkpoint with a mixture prior")
     mixture = dict(jax.device_get(checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]))
     weights = np.asarray(mixture["weights"], np.float64) ** power
     mixture["weights"] = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
@@ -138,7 +141,7 @@ def main() -> None:
     parser.add_argument("--truncations",
                         help="quantiles of N(0, I)'s radius (`--truncation`; 1 = none; "
                              "default: the run's own)")
-    parser.add_argument("--weight-power", type=float, default=1.0,
+    parser.add_argument("--weight-power", type=bounded(float, 0, None, low_open=True), default=1.0,
                         help="raise the mixture's component weights to this power (renormalised)")
     parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
     parser.add_argument("--data-dir", default="data")
@@ -162,7 +165,8 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g} {:g}".format(*k): v
+        power = f" weight power {args.weight_power:g}" if args.weight_power != 1 else ""
+        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g} {:g}".format(*k) + power: v
                                                    for k, v in r.items()}
                                                for d, r in results.items()}, indent=2) + "\n")
 

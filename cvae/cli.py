@@ -184,8 +184,8 @@ def add_eval_command(commands) -> None:
     evaluate.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=None,
                           help="binarisation, importance samples and generated samples (default 0)")
     evaluate.add_argument("--pixel-sharpness", type=bounded(float, 0, 10, low_open=True),
-                          metavar="S", help="render samples, reconstructions and reports at this sharpness "
-                               "instead of the checkpoint's own (its config's pixel_sharpness)")
+                          metavar="S", help="render samples, reconstructions and reports at "
+                          "sharpness S, not the checkpoint's own (its config's pixel_sharpness)")
     add_truncation_flag(evaluate)
     evaluate.add_argument("--no-fidelity", dest="fidelity", action="store_false", default=None,
                           help="skip the classifier-based sample scores")

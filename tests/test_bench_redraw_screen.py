@@ -6,38 +6,52 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.redraw_screen import SCORES, best_of, candidates, image_scores
+from bench.redraw_screen import (COLUMNS, SCORES, best_of, candidates, eval_sampler,
+                                 image_scores, screen)
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
-from cvae.evaluation.run import EvalOptions, eval_samples
-from cvae.sampling.sampler import load_sampler, request_latents
+from cvae.evaluation import fidelity
+from cvae.evaluation.run import EvalOptions, sample_scores
+from cvae.model.store import load_trained_model
+from cvae.sampling.sampler import request_latents
 from cvae.training.callbacks import Checkpointer
 from cvae.training.loop import train_and_evaluate
+
+PER_DIGIT = 6  # samples a digit: enough to tell draws apart, few enough to score quickly
 
 
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
-    """A truncated mixture model of one epoch on 256 synthetic digits, and three candidates of
-    its samples for the 64 test digits' labels."""
+    """A truncated mixture model of one epoch on 512 synthetic digits (enough for the
+    classifier too), and three candidates of its samples."""
     directory = tmp_path_factory.mktemp("redraw-run")
-    data = synthetic_dataset(num_train=256, num_test=64)
+    data = synthetic_dataset(num_train=512, num_test=64)
     config = presets.test().replace(epochs=1, prior="mixture", prior_components=2,
                                     truncation=0.75)
     train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
-    sampler = load_sampler(directory, block_rows=64)
+    sampler = eval_sampler(str(directory))
     reference_labels = np.asarray(data.test_labels)[1::2]
-    return sampler, reference_labels, candidates(sampler, reference_labels, 3)
+    return directory, data, sampler, candidates(sampler, reference_labels, 3,
+                                                per_digit=PER_DIGIT)
 
 
-def test_the_first_candidate_is_cvae_evals_own_draw(drawn):
-    sampler, reference_labels, (images, labels, _) = drawn
-    own, own_labels, _ = eval_samples(sampler, reference_labels, EvalOptions(seed=0))
-    assert np.array_equal(images[0], own) and np.array_equal(labels, own_labels)
-    assert not np.array_equal(images[1], own)  # the other candidates are other draws
+def test_one_draw_scores_as_cvae_eval_scores_the_run(drawn):
+    directory, data, _, (images, _, _) = drawn
+    classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    rows = screen(str(directory), data, classifier, reference, count=2, scores=("entropy",),
+                  per_digit=PER_DIGIT)
+    theirs = sample_scores(load_trained_model(directory), classifier,
+                           reference_features=reference,
+                           reference_labels=np.asarray(data.test_labels)[1::2],
+                           options=EvalOptions(samples_per_digit=PER_DIGIT, seed=0))
+    assert rows["one draw"] == {k: theirs[k] for k in COLUMNS}
+    assert rows["entropy"] != rows["one draw"]
+    assert not np.array_equal(images[1], images[0])  # the other candidates are other draws
 
 
 def test_each_kept_sample_is_its_slots_best_candidate(drawn):
-    _, _, (images, _, scores) = drawn
+    *_, (images, _, scores) = drawn
     assert set(scores) == set(SCORES)
     for name, score in scores.items():
         assert score.shape == images.shape[:2] and np.isfinite(score).all(), name
@@ -49,9 +63,9 @@ def test_each_kept_sample_is_its_slots_best_candidate(drawn):
 
 
 def test_the_cycle_score_reads_the_codes_that_drew_each_image(drawn):
-    """The codes behind a candidate decode to that candidate, and an image scored with
-    another candidate's codes scores differently."""
-    sampler, _, (images, labels, scores) = drawn
+    """The codes of the second draw (sample seed 1) decode to its candidates, and its cycle
+    score is -log q of exactly those codes under the encoder's reading of each image."""
+    _, _, sampler, (images, labels, scores) = drawn
     counts = np.bincount(labels, minlength=10)
     noise = np.concatenate([request_latents(1, (d,), int(n), latent_dim=sampler.noise_dim,
                                             temperature=1.0)[0]
@@ -59,8 +73,9 @@ def test_the_cycle_score_reads_the_codes_that_drew_each_image(drawn):
     codes = sampler.to_codes(noise, labels.astype(np.int32))
     np.testing.assert_allclose(sampler.decode_codes(codes, labels.astype(np.int32)), images[1],
                                atol=1e-5)  # two programs: equal up to XLA's fusions
-    again = image_scores(sampler, images[1], labels, seed=1, counts=counts,
-                         names=("cycle", "entropy"))
-    assert all(np.array_equal(again[name], scores[name][1]) for name in again)
-    wrong = image_scores(sampler, images[1], labels, seed=2, counts=counts, names=("cycle",))
-    assert not np.array_equal(wrong["cycle"], scores["cycle"][1])
+    mean, logvar, _ = sampler.encode(np.round(images[1] * 255).astype(np.uint8), labels)
+    variance = np.exp(logvar.astype(np.float64))
+    expected = 0.5 * ((codes - mean) ** 2 / variance + np.log(2 * np.pi * variance)).sum(-1)
+    np.testing.assert_allclose(scores["cycle"][1], expected, rtol=1e-5)
+    other = image_scores(sampler, images[1], labels, seed=2, names=("cycle",))
+    assert not np.allclose(other["cycle"], scores["cycle"][1])

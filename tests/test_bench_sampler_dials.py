@@ -12,7 +12,7 @@ from bench.sampler_dials import COLUMNS, refit_prior, sweep, with_weight_power
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, sample_scores
+from cvae.evaluation.run import EvalOptions, rendered_at, sample_scores
 from cvae.model.store import load_trained_model
 from cvae.training.callbacks import Checkpointer
 from cvae.training.loop import train_and_evaluate
@@ -101,7 +101,8 @@ def test_a_truncation_is_scored_as_cvae_eval_scores_a_run_that_truncates(mixture
     assert plain["fd"] != theirs["fd"]
 
 
-def test_a_weight_power_reweights_the_components_and_keeps_everything_else(mixture_run):
+def test_a_weight_power_reweights_the_components_and_keeps_everything_else(mixture_run,
+                                                                           trained_run):
     directory, data = mixture_run
     checkpoint = load_trained_model(directory)
     assert with_weight_power(checkpoint, 1.0) is checkpoint
@@ -112,10 +113,27 @@ def test_a_weight_power_reweights_the_components_and_keeps_everything_else(mixtu
     np.testing.assert_allclose(np.asarray(squared["weights"]), expected, rtol=1e-6)
     assert all(np.array_equal(np.asarray(mixture[k]), np.asarray(squared[k]))
                for k in mixture if k != "weights")
+    with pytest.raises(ValueError, match="power > 0"):
+        with_weight_power(checkpoint, 0.0)
+    with pytest.raises(ValueError, match="mixture prior"):  # the standard prior has no weights
+        with_weight_power(load_trained_model(trained_run.directory), 2.0)
+
+
+def test_a_weight_power_applies_to_the_refitted_mixture(mixture_run):
+    """A sweep at another number of components and a weight power scores what `cvae eval`
+    scores for the refitted mixture with its weights raised to that power."""
+    directory, data = mixture_run
     classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
     _, reference = classifier.logits_and_features(data.test_images[1::2])
-    dials = dict(components=(2,), temperatures=(1.0,), sharpnesses=(1.3,), draws=1,
+    dials = dict(components=(3,), temperatures=(1.0,), sharpnesses=(1.3,), draws=1,
                  per_digit=6)
     plain = sweep(str(directory), data, classifier, reference, **dials)
-    flat = sweep(str(directory), data, classifier, reference, weight_power=0.0, **dials)
-    assert list(flat) == list(plain) and flat != plain  # power 0: every component alike
+    squared = sweep(str(directory), data, classifier, reference, weight_power=2.0, **dials)
+    checkpoint = load_trained_model(directory)
+    setting = (3, 1.0, 1.3, checkpoint.config.truncation)
+    expected = rendered_at(with_weight_power(refit_prior(checkpoint, data, 3), 2.0), 1.3)
+    theirs = sample_scores(expected, classifier, reference_features=reference,
+                           reference_labels=np.asarray(data.test_labels)[1::2],
+                           options=EvalOptions(samples_per_digit=6, seed=0))
+    assert squared[setting][0] == {k: theirs[k] for k in COLUMNS}
+    assert squared[setting] != plain[setting]
