@@ -28,22 +28,13 @@ from cvae.cli_types import add_truncation_flag, bounded
 from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, eval_samples, rendered_at
+from cvae.evaluation.run import EvalOptions, eval_sampler, eval_samples, rendered_at
 from cvae.limits import DEFAULT_TEMPERATURE
-from cvae.model.networks import create_model
 from cvae.model.store import load_trained_model
-from cvae.sampling.sampler import create_sampler, request_latents
+from cvae.sampling.sampler import request_latents
 
 SCORES = ("elbo", "entropy", "bayes", "cycle")
 COLUMNS = ("accuracy", "fd", "precision", "recall")
-
-
-def eval_sampler(checkpoint_dir: str, truncation: float | None = None):
-    """The sampler `cvae eval` draws its samples with (`sample_scores`), at `truncation`
-    (None: the run's own)."""
-    checkpoint = rendered_at(load_trained_model(checkpoint_dir), None, truncation)
-    return create_sampler(create_model(checkpoint.config), checkpoint.config,
-                          checkpoint.variables, step=checkpoint.step, block_rows=500)
 
 
 def image_scores(sampler, images: np.ndarray, labels: np.ndarray, *, seed: int,
@@ -99,7 +90,7 @@ def screen(checkpoint_dir: str, data, classifier, reference, *, count: int,
            scores=SCORES, truncation: float | None = None, per_digit: int = 500) -> dict:
     """{"one draw": COLUMNS, score: COLUMNS for the best of `count` by that score}, drawn at
     `truncation` (None: the run's own)."""
-    sampler = eval_sampler(checkpoint_dir, truncation)
+    sampler = eval_sampler(rendered_at(load_trained_model(checkpoint_dir), None, truncation))
     reference_labels = np.asarray(data.test_labels)[1::2]
     images, labels, scored = candidates(sampler, reference_labels, count, names=scores,
                                         per_digit=per_digit)

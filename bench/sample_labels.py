@@ -25,10 +25,8 @@ import numpy as np
 
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, eval_samples, sample_counts
-from cvae.model.networks import create_model
+from cvae.evaluation.run import EvalOptions, eval_sampler, eval_samples, sample_counts
 from cvae.model.store import load_trained_model
-from cvae.sampling.sampler import create_sampler
 
 COLUMNS = ("accuracy", "fd", "precision", "recall")
 WAYS = {"500 a digit": True, "the reference's label counts": False}
@@ -54,8 +52,7 @@ def real_digits(data, classifier, reference, reference_labels, draws: int) -> di
 def model_samples(checkpoint_dir: str, classifier, reference, reference_labels) -> dict:
     """{way: scores} of one checkpoint's samples, as `cvae eval` draws them."""
     checkpoint = load_trained_model(checkpoint_dir)
-    sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
-                             checkpoint.variables, step=checkpoint.step, block_rows=500)
+    sampler = eval_sampler(checkpoint)
     scored = {}
     for way, balanced in WAYS.items():
         images, labels, _ = eval_samples(sampler, reference_labels,

@@ -35,11 +35,10 @@ from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.data.splits import split_training_set
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, eval_samples, rendered_at
+from cvae.evaluation.run import EvalOptions, eval_sampler, eval_samples, rendered_at
 from cvae.model import prior as prior_lib
 from cvae.model.networks import create_model
 from cvae.model.store import TrainedModel, load_trained_model
-from cvae.sampling.sampler import create_sampler
 from cvae.training.loop import planned_steps
 from cvae.training.step import device_arrays, prior_fit_key, run_key
 
@@ -102,8 +101,7 @@ def sweep(checkpoint_dir: str, data, classifier, reference, *, components, tempe
         for s, q in itertools.product(sharpnesses, truncations):
             q = checkpoint.config.truncation if q is None else q
             rendered = rendered_at(refitted, s, q)
-            sampler = create_sampler(create_model(rendered.config), rendered.config,
-                                     rendered.variables, step=rendered.step, block_rows=500)
+            sampler = eval_sampler(rendered)
             for t, seed in itertools.product(temperatures, range(draws)):
                 images, labels, _ = eval_samples(
                     sampler, reference_labels,

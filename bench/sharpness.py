@@ -24,10 +24,8 @@ import numpy as np
 
 from cvae.data.load import load_dataset
 from cvae.evaluation import fidelity, reconstructions
-from cvae.evaluation.run import EvalOptions, eval_samples, rendered_at
-from cvae.model.networks import create_model
+from cvae.evaluation.run import EvalOptions, eval_sampler, eval_samples, rendered_at
 from cvae.model.store import load_trained_model
-from cvae.sampling.sampler import create_sampler
 
 COLUMNS = ("accuracy", "fd", "precision", "recall", "grey_share", "recon_fd", "recon_recall",
            "recon_grey_share")
@@ -43,8 +41,7 @@ def sweep(checkpoint_dir: str, data, classifier, reference, sharpnesses, per_dig
     scored = {}
     for s in sharpnesses:
         rendered = rendered_at(checkpoint, s)
-        sampler = create_sampler(create_model(rendered.config), rendered.config,
-                                 rendered.variables, step=rendered.step, block_rows=500)
+        sampler = eval_sampler(rendered)
         mine = score(*eval_samples(sampler, labels[1::2], options)[:2])
         theirs = score(reconstructions.reconstruct(sampler, images[0::2], labels[0::2]),
                        labels[0::2])

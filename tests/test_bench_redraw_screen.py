@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.redraw_screen import (COLUMNS, SCORES, best_of, candidates, eval_sampler,
-                                 image_scores, screen)
+from bench.redraw_screen import COLUMNS, SCORES, best_of, candidates, image_scores, screen
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.evaluation import fidelity
-from cvae.evaluation.run import EvalOptions, sample_scores
+from cvae.evaluation.run import EvalOptions, eval_sampler, sample_scores
 from cvae.model.store import load_trained_model
 from cvae.sampling.sampler import request_latents
 from cvae.training.callbacks import Checkpointer
@@ -29,7 +28,7 @@ def drawn(tmp_path_factory):
     config = presets.test().replace(epochs=1, prior="mixture", prior_components=2,
                                     truncation=0.75)
     train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
-    sampler = eval_sampler(str(directory))
+    sampler = eval_sampler(load_trained_model(directory))
     reference_labels = np.asarray(data.test_labels)[1::2]
     return directory, data, sampler, candidates(sampler, reference_labels, 3,
                                                 per_digit=PER_DIGIT)

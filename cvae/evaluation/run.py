@@ -149,11 +149,17 @@ def eval_samples(sampler, reference_labels, options: EvalOptions, *,
     return images, np.repeat(np.arange(NUM_CLASSES), counts), counts
 
 
+def eval_sampler(checkpoint):
+    """The sampler `cvae eval` draws and reconstructs with, as the checkpoint's config says:
+    blocks of 500 rows."""
+    return create_sampler(create_model(checkpoint.config), checkpoint.config,
+                          checkpoint.variables, step=checkpoint.step, block_rows=500)
+
+
 def sample_scores(checkpoint, classifier, *, reference_features, reference_labels,
                   options: EvalOptions) -> dict:
     """The checkpoint's samples (`eval_samples`) scored against the reference."""
-    sampler = create_sampler(create_model(checkpoint.config), checkpoint.config,
-                             checkpoint.variables, step=checkpoint.step, block_rows=500)
+    sampler = eval_sampler(checkpoint)
     samples, sample_labels, counts = eval_samples(sampler, reference_labels, options)
     scores = fidelity.score_images(classifier, samples, sample_labels,
                                    reference_features=reference_features,
@@ -204,8 +210,7 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
             data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
         results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options=options,
                                                classifier=classifier, baseline=baseline)
-        sampler = create_sampler(create_model(config), config, checkpoint.variables,
-                                 step=checkpoint.step, block_rows=500)
+        sampler = eval_sampler(checkpoint)
         results["label_swap"] = label_swap.scores(sampler, classifier, images_u8=images_u8,
                                                   labels=labels,
                                                   seed=options.seed)
