@@ -65,6 +65,11 @@ DEFAULT_50K_50 = DEFAULT_50K + ["--epochs", "50"]  # and 50 epochs, the default 
 # The default's split and cadence now, pinned for the levers measured with them, and the
 # sampler they were measured with.
 DEFAULT_59K = ["--validation-size", "1000", "--eval-every", "10", *MIXTURE_10]
+# Today's default, pinned for the levers measured against it: 140 epochs, sharpness 1.3, and
+# its mixture fitted to posterior draws (30 a class), its noise truncated at 0.75.
+DRAWS_30_TRUNCATED = DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
+                                    "--prior-codes", "samples", "--prior-components", "30",
+                                    "--truncation", "0.75"]
 SEMI_M2 = ["--labels", "100", "--classifier-weight", "5", "--classifier-shift", "2",
            "--consistency-weight", "20", "--epochs", "15", *DEFAULT_50K]
 VAT3_EPS2_ENTROPY = ["--vat-weight", "3", "--vat-epsilon", "2", "--entropy-weight", "1"]
@@ -150,32 +155,17 @@ LEVERS: dict[str, list[str]] = {
                                                 "--prior-components", "30"],
     # Today's default (the draws' mixture, truncated at 0.75), sampling from an exponential
     # moving average of the weights.
-    "ema-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness", "1.3",
-                                                "--prior-codes", "samples",
-                                                "--prior-components", "30", "--truncation",
-                                                "0.75", "--ema-decay", "0.999"],
+    "ema-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--ema-decay", "0.999"],
     # Today's default with 32 latents instead of 16 (the same hidden widths; a step costs
-    # about as much): codes that carry more of each digit, sampled by the draws' mixture, which fits
-    # inactive dimensions as they are drawn.
-    "latent32-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
-                                                     "1.3", "--latent-dim", "32",
-                                                     "--prior-codes", "samples",
-                                                     "--prior-components", "30",
-                                                     "--truncation", "0.75"],
+    # about as much): codes that carry more of each digit, sampled by the draws' mixture,
+    # which fits inactive dimensions as they are drawn.
+    "latent32-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--latent-dim", "32"],
     # And with 12 latents: codes that fill their space more densely, fewer holes to draw from.
-    "latent12-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
-                                                     "1.3", "--latent-dim", "12",
-                                                     "--prior-codes", "samples",
-                                                     "--prior-components", "30",
-                                                     "--truncation", "0.75"],
+    "latent12-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--latent-dim", "12"],
     # Today's default with its KL weight warmed up from 0 over its first 20 epochs: codes that
     # settle before the KL pulls them in (Sønderby et al. 2016).
-    "klwarmup-20-draws-30-0.75-59k-140": DEFAULT_59K + ["--epochs", "140", "--pixel-sharpness",
-                                                        "1.3", "--kl-schedule", "linear",
-                                                        "--kl-warmup-steps", "9200",
-                                                        "--prior-codes", "samples",
-                                                        "--prior-components", "30",
-                                                        "--truncation", "0.75"],
+    "klwarmup-20-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--kl-schedule", "linear",
+                                                               "--kl-warmup-steps", "9200"],
     # The convolutional encoder and decoder (its backward pass as matrix products): a screen
     # of 5 epochs (134 s), then as many epochs as fit the 5 minutes.
     "conv-59k-5": DEFAULT_59K + ["--architecture", "conv", "--epochs", "5",
