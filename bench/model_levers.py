@@ -166,6 +166,14 @@ LEVERS: dict[str, list[str]] = {
     # settle before the KL pulls them in (Sønderby et al. 2016).
     "klwarmup-20-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--kl-schedule", "linear",
                                                                "--kl-warmup-steps", "9200"],
+    # Today's default as a two-layer ladder (8 latents above its 16): the lower layer's detail
+    # drawn given the upper layer's code, the mixture fitted to the upper layer's draws.
+    "ladder-2-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--stochastic-layers", "2",
+                                                            "--upper-latent-dim", "8"],
+    # Today's default with the convolutional encoder and decoder for 100 epochs: `--preset conv`,
+    # measured on a GPU (about 40 minutes a run on 2 CPU cores).
+    "conv-draws-30-0.75-59k-100": DRAWS_30_TRUNCATED + ["--architecture", "conv", "--epochs",
+                                                        "100"],
     # The convolutional encoder and decoder (its backward pass as matrix products): a screen
     # of 5 epochs (134 s), then as many epochs as fit the 5 minutes.
     "conv-59k-5": DEFAULT_59K + ["--architecture", "conv", "--epochs", "5",

@@ -61,8 +61,19 @@ def test_seed_preset_is_the_seed_document_setup():
 
 def test_unknown_preset_lists_the_allowed_ones():
     with pytest.raises(ConfigError,
-                       match="allowed default, seed, likelihood, likelihood-dreg, semi, test"):
+                       match="allowed default, seed, likelihood, likelihood-dreg, conv, semi, "
+                             "test"):
         get_preset("huge")
+
+
+def test_the_conv_preset_is_the_default_with_convolutions_for_100_epochs():
+    """What docs/gpu.md measured: the default but for these two fields, so that the default's
+    every other choice (sampler, split, schedule) carries over as the table says."""
+    config = get_preset("conv")
+    changed = {field: value for field, value in config.to_dict().items()
+               if value != default().to_dict()[field]}
+    assert changed == {"architecture": "conv", "epochs": 100}
+    check_trainable(config.validate())
 
 
 def test_command_line_strings_are_coerced():
