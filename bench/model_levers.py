@@ -171,7 +171,7 @@ LEVERS: dict[str, list[str]] = {
     "ladder-2-draws-30-0.75-59k-140": DRAWS_30_TRUNCATED + ["--stochastic-layers", "2",
                                                             "--upper-latent-dim", "8"],
     # Today's default with the convolutional encoder and decoder for 100 epochs: `--preset conv`,
-    # measured on a GPU (40 minutes or more a run on 2 CPU cores).
+    # measured on a GPU (about 40 minutes a run on 2 CPU cores).
     "conv-draws-30-0.75-59k-100": DRAWS_30_TRUNCATED + ["--architecture", "conv", "--epochs",
                                                         "100"],
     # The convolutional encoder and decoder (its backward pass as matrix products): a screen
