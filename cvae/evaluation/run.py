@@ -157,9 +157,10 @@ def eval_sampler(checkpoint):
 
 
 def sample_scores(checkpoint, classifier, *, reference_features, reference_labels,
-                  options: EvalOptions) -> dict:
-    """The checkpoint's samples (`eval_samples`) scored against the reference."""
-    sampler = eval_sampler(checkpoint)
+                  options: EvalOptions, sampler=None) -> dict:
+    """The checkpoint's samples (`eval_samples`) scored against the reference; `sampler`: the
+    checkpoint's `eval_sampler` where the caller has built it already."""
+    sampler = sampler or eval_sampler(checkpoint)
     samples, sample_labels, counts = eval_samples(sampler, reference_labels, options)
     scores = fidelity.score_images(classifier, samples, sample_labels,
                                    reference_features=reference_features,
@@ -169,7 +170,7 @@ def sample_scores(checkpoint, classifier, *, reference_features, reference_label
 
 
 def fidelity_metrics(checkpoint, images_u8, labels, *, options: EvalOptions, classifier,
-                     baseline=None) -> dict:
+                     baseline=None, sampler=None) -> dict:
     # Samples and the reference half are compared with the same (odd-indexed) half of the test
     # set, at about the same size, so the Fréchet distances share their small-sample bias.
     _, reference_features = classifier.logits_and_features(images_u8[1::2])
@@ -178,7 +179,7 @@ def fidelity_metrics(checkpoint, images_u8, labels, *, options: EvalOptions, cla
                                reference_labels=labels[1::2], options=options)
     result = {"classifier": {"test_accuracy": classifier.test_accuracy, **{
                   k: v for k, v in classifier.meta.items() if k != "test_accuracy"}},
-              "samples": scored(checkpoint),
+              "samples": scored(checkpoint, sampler=sampler),
               "real": fidelity.reference_scores(classifier, images_u8, labels)}
     if baseline is not None:
         # Scored in the same run (same classifier, reference half and seed), so the ratio is
@@ -208,9 +209,10 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     if options.fidelity:
         classifier = fidelity.load_or_train_classifier(
             data, classifier_dir, log=lambda m: print(m, file=sys.stderr))
+        sampler = eval_sampler(checkpoint)  # one for the samples, the swap, the reconstructions
         results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options=options,
-                                               classifier=classifier, baseline=baseline)
-        sampler = eval_sampler(checkpoint)
+                                               classifier=classifier, baseline=baseline,
+                                               sampler=sampler)
         results["label_swap"] = label_swap.scores(sampler, classifier, images_u8=images_u8,
                                                   labels=labels,
                                                   seed=options.seed)
