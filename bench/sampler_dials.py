@@ -2,11 +2,14 @@
 temperature, the pixel sharpness and the truncation, each setting scored over several draws of
 the samples; and, for every setting of a call, the mixture's component weights raised to a
 power and renormalised (`--weight-power`: above 1 the common components are drawn more often,
-below 1 the rare ones).
+below 1 the rare ones); and the K components of each class whose centres the decoder draws with
+the most doubt left out (`--drop-doubtful K`: doubt is the centre's pixel entropy per unit of
+ink, the score of a smeared or doubled digit).
 
     python -m bench.sampler_dials --checkpoint-dirs A,B,C [--components 10,30,100]
         [--codes means|samples] [--temperatures 1] [--sharpness 1.3] [--truncations 0.75,1]
-        [--weight-power 1] [--draws 3] [--data-dir data] [--json FILE] [--out FILE.md]
+        [--weight-power 1] [--drop-doubtful 0] [--draws 3] [--data-dir data] [--json FILE]
+        [--out FILE.md]
 
 None of these dials changes what a model learnt. The mixture is refitted as training's last fit
 made it (`refit_prior`: the codes of the same training digits, the same key), with another
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from scipy import special
 
 from cvae.cli_types import bounded
 from cvae.config import NUM_CLASSES
@@ -84,20 +88,53 @@ def with_weight_power(checkpoint: TrainedModel, power: float) -> TrainedModel:
         **checkpoint.variables, prior_lib.COLLECTION: {prior_lib.VARIABLE: mixture}})
 
 
+def centre_doubt(checkpoint: TrainedModel) -> np.ndarray:
+    """f32[10, C]: how much the decoder doubts each mixture component's centre, decoded with
+    its class: the summed pixel entropy of its means (nats) per unit of ink (their sum)."""
+    mixture = checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
+    means = np.asarray(mixture["means"])
+    classes, components, width = means.shape
+    labels = np.repeat(np.arange(classes, dtype=np.int32), components)
+    logits = create_model(checkpoint.config).apply(
+        checkpoint.variables, means.reshape(-1, width), labels, method="decode")
+    p = np.asarray(jax.nn.sigmoid(logits), np.float64)
+    entropy = -(special.xlogy(p, p) + special.xlogy(1 - p, 1 - p)).sum(-1)
+    return (entropy / p.sum(-1)).reshape(classes, components)
+
+
+def without_doubtful(checkpoint: TrainedModel, count: int) -> TrainedModel:
+    """The checkpoint with the `count` components of each class that `centre_doubt` scores
+    highest given weight 0, the others' weights renormalised (0: the checkpoint itself)."""
+    if count == 0:
+        return checkpoint
+    mixture = dict(jax.device_get(checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]))
+    weights = np.array(mixture["weights"], np.float64)
+    if not 0 < count < weights.shape[1]:
+        raise ValueError(f"without_doubtful: leave out fewer than the {weights.shape[1]} "
+                         "components a class")
+    doubtful = np.argsort(centre_doubt(checkpoint), axis=1)[:, -count:]
+    np.put_along_axis(weights, doubtful, 0.0, axis=1)
+    mixture["weights"] = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
+    return dataclasses.replace(checkpoint, variables={
+        **checkpoint.variables, prior_lib.COLLECTION: {prior_lib.VARIABLE: mixture}})
+
+
 def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
           sharpnesses, draws: int, codes: str | None = None, truncations=(None,),
-          weight_power: float = 1.0, per_digit: int = 500) -> dict:
+          weight_power: float = 1.0, drop_doubtful: int = 0, per_digit: int = 500) -> dict:
     """{(components, temperature, sharpness, truncation): [one dict of COLUMNS per draw]} for
-    one run, its mixture fitted to `codes`, its weights raised to `weight_power`, and drawn at
-    each truncation (None: as it was)."""
+    one run, its mixture fitted to `codes`, its weights raised to `weight_power`, its
+    `drop_doubtful` most doubtful components a class left out, and drawn at each truncation
+    (None: as it was)."""
     checkpoint = load_trained_model(checkpoint_dir)
     reference_labels = np.asarray(data.test_labels)[1::2]
     scored = {}
     for c in components:
         own = (c == checkpoint.config.prior_components
                and codes in (None, checkpoint.config.prior_codes))
-        refitted = with_weight_power(
-            checkpoint if own else refit_prior(checkpoint, data, c, codes), weight_power)
+        refitted = without_doubtful(with_weight_power(
+            checkpoint if own else refit_prior(checkpoint, data, c, codes), weight_power),
+            drop_doubtful)
         for s, q in itertools.product(sharpnesses, truncations):
             q = checkpoint.config.truncation if q is None else q
             rendered = rendered_at(refitted, s, q)
@@ -141,6 +178,9 @@ def main() -> None:
                              "default: the run's own)")
     parser.add_argument("--weight-power", type=bounded(float, 0, None, low_open=True), default=1.0,
                         help="raise the mixture's component weights to this power (renormalised)")
+    parser.add_argument("--drop-doubtful", type=bounded(int, 0, None), default=0,
+                        help="leave out the K components a class whose centres the decoder "
+                             "doubts most")
     parser.add_argument("--draws", type=int, default=3, help="sample seeds 0 .. draws - 1")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json")
@@ -155,15 +195,19 @@ def main() -> None:
              "truncations": ([float(q) for q in args.truncations.split(",")]
                              if args.truncations else [None])}
     results = {d: sweep(d, data, classifier, reference, draws=args.draws, codes=args.codes,
-                        weight_power=args.weight_power, **dials)
+                        weight_power=args.weight_power, drop_doubtful=args.drop_doubtful,
+                        **dials)
                for d in args.checkpoint_dirs.split(",") if d}
     text = table(results) + (f"\nComponent weights raised to the power {args.weight_power:g}."
-                             "\n" if args.weight_power != 1 else "")
+                             "\n" if args.weight_power != 1 else "") + (
+        f"\nThe {args.drop_doubtful} most doubtful components a class left out.\n"
+        if args.drop_doubtful else "")
     print(text)
     if args.out:
         Path(args.out).write_text(text)
     if args.json:
-        power = f" weight power {args.weight_power:g}" if args.weight_power != 1 else ""
+        power = (f" weight power {args.weight_power:g}" if args.weight_power != 1 else "") + (
+            f" drop doubtful {args.drop_doubtful}" if args.drop_doubtful else "")
         Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g} {:g}".format(*k) + power: v
                                                    for k, v in r.items()}
                                                for d, r in results.items()}, indent=2) + "\n")

@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from bench.sampler_dials import COLUMNS, refit_prior, sweep, with_weight_power
+from bench.sampler_dials import (COLUMNS, centre_doubt, refit_prior, sweep, with_weight_power,
+                                 without_doubtful)
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.evaluation import fidelity
@@ -137,3 +138,40 @@ def test_a_weight_power_applies_to_the_refitted_mixture(mixture_run):
                            options=EvalOptions(samples_per_digit=6, seed=0))
     assert squared[setting][0] == {k: theirs[k] for k in COLUMNS}
     assert squared[setting] != plain[setting]
+
+
+def test_dropping_the_doubtful_leaves_out_the_centres_the_decoder_doubts_most(mixture_run):
+    directory, data = mixture_run
+    checkpoint = refit_prior(load_trained_model(directory), data, 3)
+    assert without_doubtful(checkpoint, 0) is checkpoint
+    doubt = centre_doubt(checkpoint)
+    assert doubt.shape == (10, 3) and np.all(doubt > 0)
+    mixture = checkpoint.variables["prior"]["mixture"]
+    dropped = without_doubtful(checkpoint, 1).variables["prior"]["mixture"]
+    weights, kept = np.asarray(mixture["weights"], np.float64), np.asarray(dropped["weights"])
+    worst = np.argmax(doubt, axis=1)
+    assert np.all(kept[np.arange(10), worst] == 0)
+    others = np.ones_like(weights, bool)
+    others[np.arange(10), worst] = False
+    expected = np.where(others, weights, 0) / np.where(others, weights, 0).sum(-1, keepdims=True)
+    np.testing.assert_allclose(kept, expected, rtol=1e-6)
+    assert all(np.array_equal(np.asarray(mixture[k]), np.asarray(dropped[k]))
+               for k in mixture if k != "weights")
+    with pytest.raises(ValueError, match="fewer than the 3"):
+        without_doubtful(checkpoint, 3)
+
+
+def test_a_sweep_that_drops_the_doubtful_scores_what_cvae_eval_scores_without_them(mixture_run):
+    directory, data = mixture_run
+    classifier = fidelity.load_or_train_classifier(data, None, epochs=1, log=lambda _: None)
+    _, reference = classifier.logits_and_features(data.test_images[1::2])
+    dials = dict(components=(3,), temperatures=(1.0,), sharpnesses=(1.3,), draws=1,
+                 per_digit=6)
+    swept = sweep(str(directory), data, classifier, reference, drop_doubtful=1, **dials)
+    checkpoint = load_trained_model(directory)
+    expected = rendered_at(without_doubtful(refit_prior(checkpoint, data, 3), 1), 1.3)
+    theirs = sample_scores(expected, classifier, reference_features=reference,
+                           reference_labels=np.asarray(data.test_labels)[1::2],
+                           options=EvalOptions(samples_per_digit=6, seed=0))
+    assert swept[(3, 1.0, 1.3, checkpoint.config.truncation)][0] == {k: theirs[k]
+                                                                     for k in COLUMNS}
