@@ -174,7 +174,7 @@ LEVERS: dict[str, list[str]] = {
     # measured on a GPU (about 40 minutes a run on 2 CPU cores).
     "conv-draws-30-0.75-59k-100": DRAWS_30_TRUNCATED + ["--architecture", "conv", "--epochs",
                                                         "100"],
-    # The same trained for longer (a GPU's budget): what the README picture needs.
+    # The same trained two and three times as long (a GPU's budget): screens, no lever.
     "conv-draws-30-0.75-59k-200": DRAWS_30_TRUNCATED + ["--architecture", "conv", "--epochs",
                                                         "200"],
     "conv-draws-30-0.75-59k-300": DRAWS_30_TRUNCATED + ["--architecture", "conv", "--epochs",

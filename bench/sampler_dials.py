@@ -89,7 +89,7 @@ def with_weight_power(checkpoint: TrainedModel, power: float) -> TrainedModel:
 
 
 def centre_doubt(checkpoint: TrainedModel) -> np.ndarray:
-    """f32[10, C]: how much the decoder doubts each mixture component's centre, decoded with
+    """f64[10, C]: how much the decoder doubts each mixture component's centre, decoded with
     its class: the summed pixel entropy of its means (nats) per unit of ink (their sum)."""
     mixture = checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
     means = np.asarray(mixture["means"])
@@ -206,9 +206,9 @@ def main() -> None:
     if args.out:
         Path(args.out).write_text(text)
     if args.json:
-        power = (f" weight power {args.weight_power:g}" if args.weight_power != 1 else "") + (
+        suffix = (f" weight power {args.weight_power:g}" if args.weight_power != 1 else "") + (
             f" drop doubtful {args.drop_doubtful}" if args.drop_doubtful else "")
-        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g} {:g}".format(*k) + power: v
+        Path(args.json).write_text(json.dumps({d: {"{} {:g} {:g} {:g}".format(*k) + suffix: v
                                                    for k, v in r.items()}
                                                for d, r in results.items()}, indent=2) + "\n")
 

@@ -160,7 +160,7 @@ def sample_scores(checkpoint, classifier, *, reference_features, reference_label
                   options: EvalOptions, sampler=None) -> dict:
     """The checkpoint's samples (`eval_samples`) scored against the reference; `sampler`: the
     checkpoint's `eval_sampler` where the caller has built it already."""
-    sampler = sampler or eval_sampler(checkpoint)
+    sampler = eval_sampler(checkpoint) if sampler is None else sampler
     samples, sample_labels, counts = eval_samples(sampler, reference_labels, options)
     scores = fidelity.score_images(classifier, samples, sample_labels,
                                    reference_features=reference_features,
