@@ -41,7 +41,7 @@ from cvae.data.splits import split_training_set
 from cvae.evaluation import fidelity
 from cvae.evaluation.run import EvalOptions, eval_sampler, eval_samples, rendered_at
 from cvae.model import prior as prior_lib
-from cvae.model.networks import create_model
+from cvae.model.networks import create_model, pixel_means
 from cvae.model.store import TrainedModel, load_trained_model
 from cvae.training.loop import planned_steps
 from cvae.training.step import device_arrays, prior_fit_key, run_key
@@ -81,8 +81,19 @@ def with_weight_power(checkpoint: TrainedModel, power: float) -> TrainedModel:
         return checkpoint
     if power <= 0 or prior_lib.COLLECTION not in checkpoint.variables:
         raise ValueError("with_weight_power: a power > 0, on a checkpoint with a mixture prior")
+    return with_weights(checkpoint, mixture_weights(checkpoint) ** power)
+
+
+def mixture_weights(checkpoint: TrainedModel) -> np.ndarray:
+    """f64[10, C]: the checkpoint's mixture component weights."""
+    mixture = checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]
+    return np.array(jax.device_get(mixture["weights"]), np.float64)
+
+
+def with_weights(checkpoint: TrainedModel, weights: np.ndarray) -> TrainedModel:
+    """The checkpoint with its mixture's component weights replaced by `weights` f64[10, C],
+    renormalised in each class; the means and covariances as they are."""
     mixture = dict(jax.device_get(checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]))
-    weights = np.asarray(mixture["weights"], np.float64) ** power
     mixture["weights"] = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
     return dataclasses.replace(checkpoint, variables={
         **checkpoint.variables, prior_lib.COLLECTION: {prior_lib.VARIABLE: mixture}})
@@ -97,7 +108,7 @@ def centre_doubt(checkpoint: TrainedModel) -> np.ndarray:
     labels = np.repeat(np.arange(classes, dtype=np.int32), components)
     logits = create_model(checkpoint.config).apply(
         checkpoint.variables, means.reshape(-1, width), labels, method="decode")
-    p = np.asarray(jax.nn.sigmoid(logits), np.float64)
+    p = np.asarray(pixel_means(logits), np.float64)
     entropy = -(special.xlogy(p, p) + special.xlogy(1 - p, 1 - p)).sum(-1)
     return (entropy / p.sum(-1)).reshape(classes, components)
 
@@ -107,16 +118,13 @@ def without_doubtful(checkpoint: TrainedModel, count: int) -> TrainedModel:
     highest given weight 0, the others' weights renormalised (0: the checkpoint itself)."""
     if count == 0:
         return checkpoint
-    mixture = dict(jax.device_get(checkpoint.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]))
-    weights = np.array(mixture["weights"], np.float64)
+    weights = mixture_weights(checkpoint)
     if not 0 < count < weights.shape[1]:
         raise ValueError(f"without_doubtful: leave out fewer than the {weights.shape[1]} "
                          "components a class")
     doubtful = np.argsort(centre_doubt(checkpoint), axis=1)[:, -count:]
     np.put_along_axis(weights, doubtful, 0.0, axis=1)
-    mixture["weights"] = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
-    return dataclasses.replace(checkpoint, variables={
-        **checkpoint.variables, prior_lib.COLLECTION: {prior_lib.VARIABLE: mixture}})
+    return with_weights(checkpoint, weights)
 
 
 def sweep(checkpoint_dir: str, data, classifier, reference, *, components, temperatures,
