@@ -251,9 +251,6 @@ def cmd_train(args) -> int:
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     config = config_from_args(args)
-    from cvae.model.levers import check_trainable
-
-    check_trainable(config)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
     # Training never opens the test files: selection uses the validation split

@@ -14,6 +14,7 @@ import typing
 from typing import Any, Literal
 
 from cvae.errors import ConfigError
+from cvae.model import registry
 from cvae.limits import MAX_SEED
 
 # The choices of each string field, once: validation and the `cvae train` flags read them here.
@@ -60,6 +61,9 @@ class Config:
                    "every step (dynamic), or use the intensities as they are (none).")
 
     # Model.
+    model: str = knob(
+        "cvae", "Model family (cvae.model.registry): cvae, one latent z; ladder, a ladder VAE "
+                "of --stochastic-layers latent layers.")
     architecture: Architecture = knob(
         "mlp", "Encoder and decoder: MLPs only, or with two stride-2 (transposed) convolutions.")
     hidden_sizes: tuple[int, ...] = knob(
@@ -77,7 +81,7 @@ class Config:
         50, "With --prior vamp: pseudo-inputs per class; p(z|y) is the mean of q(z|u,y) over "
             "them (Tomczak and Welling 2018).")
     stochastic_layers: int = knob(
-        1, "Latent layers: 1 is the one-latent CVAE; more, a ladder VAE, --latent-dim lowest.")
+        1, "With --model ladder: its latent layers (2 or more), --latent-dim the lowest.")
     upper_latent_dim: int = knob(8, "Dimensions of each ladder layer above the bottom one.")
     prior_codes: PriorCodes = knob(
         "samples", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
@@ -236,6 +240,14 @@ class Config:
         if self.objective == "elbo" and self.importance_samples != 1:
             raise ConfigError(f"importance_samples={self.importance_samples}: only with "
                               f"--objective iwae or dreg (the ELBO draws one sample)")
+        if self.objective != "elbo" and self.free_bits > 0:
+            raise ConfigError(f"free_bits={self.free_bits}: only with --objective elbo (the "
+                              f"importance-weighted bound has no KL term to floor)")
+        if self.model not in registry.names():
+            raise ConfigError(f"model={self.model!r}: allowed {', '.join(registry.names())}")
+        if (self.model == "ladder") != (self.stochastic_layers > 1):
+            raise ConfigError(f"stochastic_layers={self.stochastic_layers}: --model ladder "
+                              f"takes 2 or more latent layers, the other families one")
 
     def _validate_labels(self) -> None:
         if self.labels != "all" and not (self.labels.isdigit() and int(self.labels) > 0
@@ -280,6 +292,8 @@ class Config:
         """Keys missing from `values` (older checkpoints) take what those checkpoints did
         (`ABSENT_MEANS`), else the defaults; unknown keys fail."""
         values = {**{k: v for k, v in ABSENT_MEANS.items() if k not in values}, **values}
+        if "model" not in values:  # stored before families had names: the depth said which
+            values["model"] = "ladder" if int(values.get("stochastic_layers", 1)) > 1 else "cvae"
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:

@@ -16,7 +16,7 @@ import numpy as np
 from cvae.evaluation import iwae
 from cvae.config import NUM_CLASSES
 from cvae.data.pixels import IMAGE_PIXELS
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.sampling.sampler import create_sampler
 
 

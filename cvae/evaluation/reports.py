@@ -21,7 +21,7 @@ import numpy as np
 from cvae.config import NUM_CLASSES
 from cvae.data.pixels import IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import make_grid, save_png
-from cvae.model.networks import CVAE, pixel_means
+from cvae.model.densities import pixel_means
 from cvae.sampling.sampler import create_sampler
 
 REPORT_FILES = ("reconstructions.png", "label_swap.png", "interpolation.png", "temperature.png")
@@ -46,12 +46,12 @@ def report_shapes() -> dict[str, tuple[int, int]]:
     }
 
 
-def _decode_soft(model: CVAE, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
+def _decode_soft(model, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
     logits = model.apply(variables, z, onehot, method="decode_onehot")
     return np.asarray(pixel_means(logits, model.config.pixel_sharpness)).reshape(-1, *IMAGE_SHAPE)
 
 
-def _posterior_means(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray):
+def _posterior_means(model, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray):
     x = to_unit(jnp.asarray(images_u8.reshape(len(images_u8), -1)))
     mean, _ = model.apply(variables, x, jnp.asarray(labels, jnp.int32), method="encode")
     return mean
@@ -118,7 +118,7 @@ def temperature_sweep(sampler, seed: int) -> np.ndarray:
                            for t in TEMPERATURES])
 
 
-def write_reports(model: CVAE, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
+def write_reports(model, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
                   out_dir: str | Path, seed: int = 0) -> dict[str, str]:
     """Write the four PNGs into out_dir; returns {name: path}. images_u8: uint8[N, 28, 28]."""
     out_dir = Path(out_dir)

@@ -54,9 +54,9 @@ from cvae.errors import ConfigError
 from cvae.limits import DEFAULT_TEMPERATURE
 from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
                              reports)
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.model.store import load_trained_model
-from cvae.model.widths import noise_dim
+from cvae.model.registry import noise_dim
 from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate

@@ -12,7 +12,7 @@ import json
 
 from cvae import config as config_lib
 from cvae import presets
-from cvae.model.widths import noise_dim
+from cvae.model.registry import noise_dim
 
 # The Hub's dataset ids for the datasets a run may train on.
 HUB_DATASETS = {"mnist": ("ylecun/mnist", "MNIST"),

@@ -27,8 +27,10 @@ import jax
 import jax.numpy as jnp
 
 from cvae.model import prior as prior_lib
-from cvae.model.hierarchical import LadderCVAE
-from cvae.model.networks import IMAGE_PIXELS, create_model, pixel_means
+from cvae.data.pixels import IMAGE_PIXELS
+from cvae.model import registry
+from cvae.model.densities import pixel_means
+from cvae.model.registry import create_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,19 +54,13 @@ def signatures(sampler) -> dict[str, tuple]:
     return found
 
 
-# The modules each function reads (the prior collection only `sample`): a file holds no
-# weights it does not use. A ladder's (cvae/model/hierarchical.py) by their names less the
-# list index: it samples top down, and encodes bottom up, then decodes its posterior means.
-_LADDER_DOWN = ("top_down_nets", "top_down_heads", "decoder_layers", "pixels")
-MODULES = {"sample": ("decoder", *_LADDER_DOWN),
-           "encode": ("encoder", "decoder", "bottom", "upper", "bottom_up_heads", *_LADDER_DOWN),
-           "classify": ("classifier",)}
-
-
-def used_variables(variables: dict, name: str) -> dict:
-    """`variables` cut down to what function `name` reads."""
+def used_variables(variables: dict, name: str, config) -> dict:
+    """`variables` cut down to what function `name` reads: the top-level modules the family
+    lists for it (`EXPORT_MODULES`; list modules count by their name less the index), and the
+    prior collection for `sample` only. A file holds no weights it does not use."""
+    reads = registry.family_module(config.model).Model.EXPORT_MODULES[name]
     kept = {collection: {module: tree for module, tree in modules.items()
-                         if re.sub(r"_\d+$", "", module) in MODULES[name]}
+                         if re.sub(r"_\d+$", "", module) in reads}
             for collection, modules in variables.items() if collection != prior_lib.COLLECTION}
     if name == "sample" and prior_lib.COLLECTION in variables:
         kept[prior_lib.COLLECTION] = variables[prior_lib.COLLECTION]
@@ -74,7 +70,7 @@ def used_variables(variables: dict, name: str) -> dict:
 def exact_functions(sampler) -> list[Portable]:
     """The sampler's programs on its weights, for `jax.export` (bit for bit, see above)."""
     def held(fn, name):
-        variables = used_variables(sampler.variables, name)
+        variables = used_variables(sampler.variables, name, sampler.config)
         return lambda *args: fn(jax.lax.optimization_barrier(variables), *args)
 
     fns = {"sample": held(sampler.decode_fn, "sample"),
@@ -89,16 +85,8 @@ def onnx_functions(sampler) -> list[Portable]:
     variables, config = sampler.variables, sampler.config
     model = create_model(config)
 
-    def through_prior(noise, labels):
-        return prior_lib.draw(noise, labels, mixture=prior_lib.mixture_of(config.prior, variables),
-                              truncation=config.truncation, sample_fn=onnx_prior_sample)
-
     def sample(noise, labels):
-        if isinstance(model, LadderCVAE):  # the prior maps the top layer's share of the noise
-            logits = model.apply(variables, noise, labels, through_prior, method="generate")
-        else:
-            logits = model.apply(variables, through_prior(noise, labels), labels,
-                                 method="decode")
+        logits = model.apply(variables, noise, labels, onnx_prior_sample, method="generate")
         return pixel_means(logits, config.pixel_sharpness).reshape(-1, 28, 28)
 
     fns = {"sample": sample,
@@ -126,7 +114,8 @@ def onnx_prior_sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
     scaled = noise[:, 0] * prior_lib._COMPONENT_SCALE
     uniform = scaled - jnp.floor(scaled)
     edges = jnp.cumsum(weights, axis=-1)
-    component = jnp.minimum(jnp.sum(uniform[:, None] >= edges, axis=-1), components - 1)
+    component = jnp.minimum(jnp.sum(uniform[:, None] >= edges, axis=-1),
+                            prior_lib.last_drawn(weights))
     row = labels * components + component.astype(labels.dtype)
     means = prior["means"].reshape(classes * components, -1)[row]
     tril = prior["scale_tril"].reshape(classes * components, *prior["scale_tril"].shape[2:])[row]

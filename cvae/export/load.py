@@ -46,7 +46,7 @@ def load_export(folder: str | Path) -> ExportedModel:
 def load_exported_sampler(folder: str | Path, block_rows: int | None = None, *,
                           truncation: float | None = None):
     """`cvae.sampling.sampler.load_sampler` for an exported folder: blocks verified here."""
-    from cvae.model.networks import create_model
+    from cvae.model.registry import create_model
     from cvae.sampling.sampler import create_sampler
 
     exported = load_export(folder)

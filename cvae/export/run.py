@@ -43,7 +43,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: boo
     checkpoint_dir, out = Path(checkpoint_dir), Path(out)
     check_out(out, checkpoint_dir, force=force)
     checkpoint = finished_checkpoint(checkpoint_dir)
-    from cvae.model.networks import create_model
+    from cvae.model.registry import create_model
     from cvae.sampling.sampler import create_sampler
 
     config = checkpoint.config.drawn_at(truncation)

@@ -14,8 +14,8 @@ decoder was trained.
 - Learned mixture: per class, K diagonal Gaussians with free means, log-variances (soft-clamped,
   as the encoder's) and mixture logits.
 
-Both are diagonal Gaussian mixtures per class, described by (log_weights f32[10, K],
-means f32[10, K, L], logvars f32[10, K, L]). `diagonal_log_density` scores z under one (a
+Both are diagonal Gaussian mixtures per class, described by (log_weights f32[C, K],
+means f32[C, K, L], logvars f32[C, K, L]). `diagonal_log_density` scores z under one (a
 logsumexp over components). `as_mixture` writes one in the format of cvae/model/prior.py's
 fitted mixture, so `prior.sample` (one noise vector per sample, the component read from the
 fractional part of 1000 * noise[0]), `prior.log_density` and the class transport take it as
@@ -31,16 +31,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config import NUM_CLASSES
 from cvae.model import prior as prior_lib
-
-LOG_2PI = math.log(2.0 * math.pi)
-
-
-def gaussian_log_density(z: jax.Array, mean: jax.Array, logvar: jax.Array) -> jax.Array:
-    """log N(z; mean, diag(exp(logvar))), summed over the last axis (objectives.py's, here so
-    that networks.py can hold a learned prior without importing the losses)."""
-    return -0.5 * jnp.sum(LOG_2PI + logvar + jnp.square(z - mean) * jnp.exp(-logvar), axis=-1)
+from cvae.model.densities import gaussian_log_density
 
 # Tomczak and Welling initialise MNIST pseudo-inputs near 0.05 (most of a digit is background).
 PSEUDO_INPUT_MEAN, PSEUDO_INPUT_STD = 0.05, 0.01
@@ -50,8 +42,8 @@ class PseudoInputs(nn.Module):
     """The VampPrior's pseudo-inputs u: f32[classes, per_class, pixels] in (0, 1)."""
 
     per_class: int
-    pixels: int = 784
-    num_classes: int = NUM_CLASSES
+    pixels: int
+    num_classes: int
 
     @nn.compact
     def __call__(self) -> jax.Array:
@@ -89,7 +81,7 @@ class GaussianMixturePrior(nn.Module):
 
     components: int
     latent_dim: int
-    num_classes: int = NUM_CLASSES
+    num_classes: int
     logvar_bound: float = 8.0
 
     @nn.compact

@@ -1,103 +1,72 @@
-"""Importance-weighted objectives and Bayes-rule classification, as pure functions of log weights.
+"""Every training objective, written on the model interface's `Terms` alone (in nats).
 
-For an image x, its label y and K reparameterised draws z_k ~ q(z | x, y), the log weights are
+For an image x, its label y and K reparameterised draws z_k ~ q(z | x, y), a family gives the
+per-draw terms log p(x | z_k, y), log p(z_k | y) and log q(z_k | x, y) (cvae/model/interface.py).
+From them:
 
-    log w_k = log p(x | z_k, y) + log p(z_k | y) - log q(z_k | x, y),        f32[K, B]
+- ELBO: reconstruction + beta * KL, one draw; the KL in closed form where the family has it,
+  and each dimension's batch-mean KL floored at `free_bits` nats (so no dimension is pushed to
+  carry nothing);
+- IWAE (Burda et al. 2016): logsumexp_k log w_k - log K, log w_k = log p(x | z_k, y) +
+  beta * (log p(z_k | y) - log q(z_k | x, y)); K = 1 is the single-draw ELBO;
+- DReG (Tucker et al. 2019): the same bound, with the doubly reparameterised gradient. Its
+  plain gradient starves the encoder as K grows (signal-to-noise like 1/sqrt(K), Rainforth
+  et al. 2018); with w~ = softmax_k(log w) held constant, the encoder gets sum_k w~_k^2
+  d log w_k / d z_k d z_k / d phi and the model sum_k w~_k d log w_k / d theta (z_k fixed).
+  `dreg_surrogate` weighs two evaluations of log w so that one `jax.grad` gives each parameter
+  its part; a parameter in both roles (a VampPrior's encoder, a ladder's top-down networks)
+  gets the sum, the chain rule over its two uses;
+- M2's labelled and unlabelled terms (cvae/training/few_labels.py) weigh these per-row bounds.
 
-and the importance-weighted bound (Burda et al. 2016) is IWAE_K = logsumexp_k log w_k - log K.
-K = 1 is the single-sample ELBO; the bound tightens in expectation as K grows.
-
-Gradients. Maximising IWAE_K with its plain gradient starves the encoder as K grows (its
-gradient's signal-to-noise ratio falls like 1/sqrt(K), Rainforth et al. 2018). The doubly
-reparameterised gradient (DReG, Tucker et al. 2019) is unbiased for the same bound and keeps it:
-with w~ = softmax_k(log w) held constant,
-
-    encoder (phi):         sum_k w~_k^2  d log w_k / d z_k  d z_k / d phi
-    decoder, prior (theta): sum_k w~_k    d log w_k / d theta            (z_k held constant)
-
-`dreg_log_weights` evaluates log w twice, once for each path (the encoder path with the model's
-parameters frozen and q's density evaluated with frozen parameters, so only z_k carries phi;
-the model path with z_k frozen), and `dreg_surrogate` weighs them so that one `jax.grad` gives
-each parameter its own part. Parameters used in both roles (a VampPrior's encoder, a ladder
-VAE's top-down network) get the sum of both parts, which is the chain rule over the two uses.
-
-Bayes' rule: a model trained with every label reads a digit as argmax_y log p(x | y) (a uniform
-p(y)), each label's log p(x | y) bounded by IWAE_K, all ten labels in one call.
+`row_terms` computes any of them per row, `batch_loss` combines rows into the loss. Bayes' rule
+(`per_label_bounds`, `bayes_classify`) reads a class from the same log weights.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from cvae.config import NUM_CLASSES
-from cvae.model.losses import reconstruction
-
-LOG_2PI = math.log(2.0 * math.pi)
-Params = Any  # a pytree of parameters (Flax's params collection, or any other)
+from cvae.model.interface import Terms
 
 
-def gaussian_log_density(z: jax.Array, mean: jax.Array, logvar: jax.Array) -> jax.Array:
-    """log N(z; mean, diag(exp(logvar))), summed over the last axis (broadcasting the rest)."""
-    return -0.5 * jnp.sum(LOG_2PI + logvar + jnp.square(z - mean) * jnp.exp(-logvar), axis=-1)
+class RowTerms(NamedTuple):
+    """One batch's per-row figures, f32[B] unless said otherwise."""
+
+    neg_bound: jax.Array  # the per-row objective the gradient is taken of
+    reconstruction: jax.Array  # -log p(x | z, y) of the first draw
+    kl: jax.Array  # the first draw's KL (closed form where it exists), unweighted
+    kl_dims: jax.Array  # f32[B, Da]: the closed-form part of it, per dimension
+    kl_rest: jax.Array  # the sampled part of it
+    bound: jax.Array  # the bound's value per row (the ELBO, or IWAE_K)
+    rest_dims: int  # how many latent dimensions kl_rest covers (static)
 
 
-def gaussian_draws(mean: jax.Array, logvar: jax.Array, noise: jax.Array) -> jax.Array:
-    """z_k = mean + sigma * noise_k: mean, logvar f32[B, L], noise f32[K, B, L] -> f32[K, B, L]."""
-    return mean + jnp.exp(0.5 * logvar) * noise
+def log_weights(terms: Terms, kl_weight=1.0) -> jax.Array:
+    """log w = log p(x|z,y) + beta * (log p(z|y) - log q(z|x,y)): f32[K, B]."""
+    return terms.log_px + kl_weight * (terms.log_pz - terms.log_qz)
 
 
-def iwae_bound(log_weights: jax.Array) -> jax.Array:
-    """logsumexp_k log w_k - log K: f32[K, B] -> f32[B]. K = 1 gives log w itself (the ELBO's
-    single-sample estimate)."""
-    return jax.nn.logsumexp(log_weights, axis=0) - math.log(log_weights.shape[0])
+def iwae_bound(log_w: jax.Array) -> jax.Array:
+    """logsumexp_k log w_k - log K: f32[K, B] -> f32[B]."""
+    return jax.nn.logsumexp(log_w, axis=0) - math.log(log_w.shape[0])
 
 
-def normalized_weights(log_weights: jax.Array) -> jax.Array:
-    """w~ = softmax over the K samples, held constant: f32[K, B] -> f32[K, B]."""
-    return jax.lax.stop_gradient(jax.nn.softmax(log_weights, axis=0))
-
-
-def iwae_log_weights(params: Params, fns: tuple[Callable, Callable, Callable]) -> jax.Array:
-    """log w f32[K, B] with every gradient path open (the plain IWAE gradient).
-
-    fns = (sample_fn, log_q_fn, log_joint_fn): sample_fn(params) -> z, reparameterised draws
-    (any pytree, leading axes [K, B]); log_q_fn(params, z) -> log q(z | x, y) f32[K, B];
-    log_joint_fn(params, z) -> log p(x, z | y) f32[K, B]. Each closes over its images and
-    labels.
-    """
-    sample_fn, log_q_fn, log_joint_fn = fns
-    z = sample_fn(params)
-    return log_joint_fn(params, z) - log_q_fn(params, z)
-
-
-def dreg_log_weights(params: Params, fns: tuple[Callable, Callable, Callable]
-                     ) -> tuple[jax.Array, jax.Array]:
-    """(encoder path, model path): the same values of log w f32[K, B], with different gradients.
-
-    Encoder path: z_k = sample_fn(params) keeps its reparameterised gradient; p and q are
-    evaluated with frozen parameters, so the only way to the parameters is through z_k. Model
-    path: z_k frozen, p evaluated with live parameters (q's density has no live parameters: its
-    score term is what DReG removes). Arguments as `iwae_log_weights`.
-    """
-    sample_fn, log_q_fn, log_joint_fn = fns
-    z = sample_fn(params)
-    frozen = jax.lax.stop_gradient(params)
-    encoder_path = log_joint_fn(frozen, z) - log_q_fn(frozen, z)
-    fixed = jax.lax.stop_gradient(z)
-    model_path = log_joint_fn(params, fixed) - log_q_fn(frozen, fixed)
-    return encoder_path, model_path
+def normalized_weights(log_w: jax.Array) -> jax.Array:
+    """w~ = softmax over the K draws, held constant: f32[K, B] -> f32[K, B]."""
+    return jax.lax.stop_gradient(jax.nn.softmax(log_w, axis=0))
 
 
 def dreg_surrogate(encoder_path: jax.Array, model_path: jax.Array) -> jax.Array:
     """f32[B] whose value is IWAE_K and whose gradient is DReG's (module docstring).
 
-    encoder_path, model_path: `dreg_log_weights`' f32[K, B]. The surrogate
-    sum_k sg(w~_k^2) log w_k (encoder path) + sum_k sg(w~_k) log w_k (model path) is added as
-    (surrogate - sg(surrogate)), which is zero, to the bound's constant value.
+    encoder_path: log w f32[K, B] whose only way to the parameters is through the draws;
+    model_path: log w with the draws fixed and q's density frozen. The surrogate
+    sum_k sg(w~_k^2) log w_k (encoder path) + sum_k sg(w~_k) log w_k (model path) is added
+    as (surrogate - sg(surrogate)), zero, to the bound's value.
     """
     weights = normalized_weights(model_path)
     surrogate = (jnp.sum(jnp.square(weights) * encoder_path, axis=0)
@@ -106,41 +75,159 @@ def dreg_surrogate(encoder_path: jax.Array, model_path: jax.Array) -> jax.Array:
     return bound + surrogate - jax.lax.stop_gradient(surrogate)
 
 
-def model_log_weights(model, variables: dict, *, images: jax.Array, labels: jax.Array,
-                      noise: jax.Array, likelihood: str = "bernoulli") -> jax.Array:
-    """log w f32[K, B] of a one-latent CVAE (`encode`, `decode`, `log_prior` methods) for given
-    noise f32[K, B, L]: the encoder runs once, the decoder on all K * B draws in one call."""
-    mean, logvar = model.apply(variables, images, labels, method="encode")
-    z = gaussian_draws(mean, logvar, noise)
-    k, b = noise.shape[:2]
-    flat_z, flat_labels = z.reshape(k * b, -1), jnp.tile(labels, k)
-    logits = model.apply(variables, flat_z, flat_labels, method="decode")
-    log_px = -reconstruction(logits, jnp.tile(images, (k, 1)), likelihood)
-    log_pz = model.apply(variables, flat_z, flat_labels, method="log_prior")
-    return (log_px + log_pz).reshape(k, b) - gaussian_log_density(z, mean, logvar)
+def row_terms(model, variables: dict, *, images, labels, noise, objective: str, kl_weight,
+              train: bool = False, rngs: dict | None = None, mutable=(),
+              also: Callable | None = None) -> tuple[RowTerms, Any, Any]:
+    """One batch's `RowTerms` under `objective` ("elbo", "iwae", "dreg"), from unit-normal
+    noise f32[K, B, noise_dim] (K = 1 for the ELBO).
+
+    `also(module)` runs inside the same apply (M2's q(y|x) reading the batch), so a BatchNorm
+    sees every part once. -> (rows, also's result, updated mutable collections).
+    """
+    rngs = rngs or {}
+
+    def forward(module):
+        terms = module.terms(images, labels, noise, train=train)
+        return terms, (also(module) if also else None)
+
+    (terms, extra), updates = model.apply(variables, method=forward, rngs=rngs, mutable=mutable)
+    first = jax.tree.map(lambda a: a[0], terms)
+    rec = -first.log_px
+    kl = first.kl_dims.sum(axis=-1) + first.kl_rest
+    rest = model.noise_dim - first.kl_dims.shape[-1]
+    if objective == "elbo":
+        rows = RowTerms(rec + kl_weight * kl, rec, kl, first.kl_dims, first.kl_rest, -(rec + kl),
+                        rest)
+    elif objective == "iwae":
+        bound = iwae_bound(log_weights(terms, kl_weight))
+        rows = RowTerms(-bound, rec, kl, first.kl_dims, first.kl_rest, bound, rest)
+    elif objective == "dreg":
+        bound = _dreg_bound(model, variables, images=images, labels=labels, noise=noise,
+                            kl_weight=kl_weight, train=train, rngs=rngs)
+        rows = RowTerms(-bound, rec, kl, first.kl_dims, first.kl_rest, bound, rest)
+    else:
+        raise ValueError(f"objective={objective!r}: allowed elbo, iwae, dreg")
+    return rows, extra, updates
 
 
-def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Array
-                     ) -> jax.Array:
-    """IWAE_K bound on log p(x | y) for every label y: f32[B, 10], in one call.
+def _dreg_bound(model, variables, *, images, labels, noise, kl_weight, train, rngs):
+    """DReG's surrogate f32[B]: the draws with live parameters, scored with frozen ones
+    (encoder path); the draws fixed, scored with live ones, q's density frozen (model path)."""
+    params = variables["params"]
 
-    log_weights_fn(images f32[R, ...], labels i32[R], noise f32[K, R, ...]) -> f32[K, R];
-    images f32[B, ...]; noise f32[K, B, ...] is shared by the ten labels of an image (common
-    random numbers: the labels' bounds differ by the model, not by the draws). The labels take
-    their turn in a compiled loop (`lax.map`), so the memory is one label's K x B decoder rows,
-    not ten labels': all ten at once, a convolutional decoder's maps for a block of 1,024
-    digits took about 6 GB of scratch, and the sampler's start-up ran out of memory.
+    def with_params(p):
+        return {**variables, "params": p}
+
+    def apply(p, method, *args):
+        return model.apply(with_params(p), images, labels, *args, method=method, train=train,
+                           rngs=rngs)
+
+    frozen = jax.lax.stop_gradient(params)
+    z = apply(params, "draws", noise)
+    encoder_path = log_weights(apply(frozen, "score", z), kl_weight)
+    fixed = jax.lax.stop_gradient(z)
+    live, still = apply(params, "score", fixed), apply(frozen, "score", fixed)
+    model_path = live.log_px + kl_weight * (live.log_pz - still.log_qz)
+    return dreg_surrogate(encoder_path, model_path)
+
+
+def counted_kl(kl, kl_dims_mean, kl_rest_mean, rest_dims: int, free_bits: float):
+    """The KL as the ELBO's loss counts it: the mean KL itself, or with free bits each
+    closed-form dimension's mean floored at `free_bits` and the sampled part's mean at
+    `free_bits` a dimension it covers (`rest_dims`)."""
+    if free_bits <= 0:
+        return kl
+    counted = jnp.maximum(kl_dims_mean, free_bits).sum()
+    if rest_dims:
+        counted = counted + jnp.maximum(kl_rest_mean, free_bits * rest_dims)
+    return counted
+
+
+def batch_loss(rows: RowTerms, *, objective: str, kl_weight, free_bits: float,
+               weights: jax.Array | None = None) -> tuple[jax.Array, dict]:
+    """The batch's loss and its terms from its rows: their mean, or their sum under `weights`
+    f32[B] (M2's). With free bits (the ELBO's), each closed-form dimension's (weighted) mean KL
+    is floored at `free_bits`, and the sampled KL's mean at `free_bits` a dimension it covers.
+    -> (loss, {"reconstruction", "kl", "loss", and "bound" for IWAE and DReG})."""
+
+    def mean(values):
+        if weights is None:
+            return values.mean(axis=0)
+        return jnp.einsum("b,b...->...", weights, values)
+
+    rec, kl = mean(rows.reconstruction), mean(rows.kl)
+    counted = kl
+    if objective == "elbo":
+        counted = counted_kl(kl, mean(rows.kl_dims), mean(rows.kl_rest), rows.rest_dims,
+                             free_bits)
+    if objective == "elbo" and weights is None:
+        loss = rec + kl_weight * counted  # the sum of the means, as the ELBO is written
+    else:
+        loss = mean(rows.neg_bound) + kl_weight * (counted - kl)
+    terms = {"reconstruction": rec, "kl": kl, "loss": loss}
+    if objective != "elbo":
+        terms["bound"] = mean(rows.bound)
+    return loss, terms
+
+
+def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Array,
+                     num_classes: int) -> jax.Array:
+    """IWAE_K bound on log p(x | y) for every label y: f32[B, classes], in one batched call.
+
+    log_weights_fn(images f32[R, P], labels i32[R], noise f32[K, R, D]) -> f32[K, R]; noise
+    f32[K, B, D] is shared by an image's labels (common random numbers: the labels' bounds
+    differ by the model, not by the draws). Rows are label-major: row y * B + b.
     """
     b = images.shape[0]
-
-    def one_label(label):
-        return iwae_bound(log_weights_fn(images, jnp.full((b,), label, jnp.int32), noise))
-
-    return jax.lax.map(one_label, jnp.arange(NUM_CLASSES, dtype=jnp.int32)).T
+    labels = jnp.repeat(jnp.arange(num_classes, dtype=jnp.int32), b)
+    tiled_images = jnp.tile(images, (num_classes, 1))
+    tiled_noise = jnp.tile(noise, (1, num_classes, 1))
+    bounds = iwae_bound(log_weights_fn(tiled_images, labels, tiled_noise))
+    return bounds.reshape(num_classes, b).T
 
 
 def bayes_classify(label_bounds: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Bayes' rule under a uniform p(y): bounds f32[B, 10] -> (argmax_y i32[B], p(y | x)
-    f32[B, 10], the bounds normalised over the ten labels)."""
+    """Bayes' rule under a uniform p(y): bounds f32[B, C] -> (argmax_y i32[B], p(y | x)
+    f32[B, C], the bounds normalised over the labels)."""
     return (jnp.argmax(label_bounds, axis=-1).astype(jnp.int32),
             jax.nn.softmax(label_bounds, axis=-1))
+
+
+def sampling_log_weights_fn(model, variables: dict) -> Callable:
+    """`fn(images f32[R, P], labels i32[R], noise f32[K, R, D]) -> log w f32[K, R]`: the model's
+    log weights under the prior its samples come from (what `cvae eval`'s bounds and Bayes'
+    rule score), for given unit-normal noise."""
+
+    def fn(images, labels, noise):
+        terms = model.apply(variables, images, labels, noise, method="terms",
+                            sampling_prior=True)
+        return log_weights(terms)
+
+    return fn
+
+
+BAYES_SAMPLES = 16  # importance draws per label of a Bayes-rule reading
+_BAYES_SEED = 0  # its draws are fixed: a picture's reading depends on the picture alone
+
+
+def create_bayes_classify_fn(model, num_samples: int = BAYES_SAMPLES) -> Callable:
+    """Jitted `classify(variables, images f32[B, P] in [0, 1]) -> p(y | x) f32[B, classes]`:
+    every label's IWAE bound on log p(x | y) in one batched call, normalised under a uniform
+    p(y). The draws are fixed (seed 0, one noise vector per draw, the same for every row), so
+    a row's reading does not depend on its neighbours."""
+
+    @jax.jit
+    def classify(variables, images):
+        noise = jax.random.normal(jax.random.key(_BAYES_SEED), (num_samples, 1, model.noise_dim))
+        noise = jnp.broadcast_to(noise, (num_samples, images.shape[0], model.noise_dim))
+        bounds = per_label_bounds(sampling_log_weights_fn(model, variables), images, noise,
+                                  model.num_classes)
+        return bayes_classify(bounds)[1]
+
+    return classify
+
+
+def draw_noise(key: jax.Array, model, *, samples: int, batch: int) -> jax.Array:
+    """A step's unit-normal noise, f32[K, B, noise_dim]: the first draw is the one an
+    [B, noise_dim] draw from the same key gives (threefry counts over the flat shape)."""
+    return jax.random.normal(key, (samples, batch, model.noise_dim))

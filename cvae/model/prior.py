@@ -33,11 +33,11 @@ import scipy.special
 
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize
+from cvae.model.densities import LOG_2PI
 
 COLLECTION, VARIABLE = "prior", "mixture"  # variables["prior"]["mixture"] holds the mixture
 _COMPONENT_SCALE = 1000.0  # frac(1000 * noise[0]) picks the component
 _COVARIANCE_FLOOR = 1e-4  # added to each covariance's diagonal: no component collapses
-LOG_2PI = float(np.log(2 * np.pi))
 
 
 def standard_mixture(num_classes: int, components: int, latent_dim: int) -> dict:
@@ -73,10 +73,16 @@ def sample(prior: dict, noise: jax.Array, labels: jax.Array, *,
                             prior["scale_tril"][labels])
     uniform = jnp.mod(noise[:, 0] * _COMPONENT_SCALE, 1.0)
     edges = jnp.cumsum(weights, axis=-1)
-    component = jnp.minimum(jnp.sum(uniform[:, None] >= edges, axis=-1), weights.shape[-1] - 1)
+    component = jnp.minimum(jnp.sum(uniform[:, None] >= edges, axis=-1), last_drawn(weights))
     take = jax.vmap(lambda array, c: array[c])
     return take(means, component) + jnp.einsum("bij,bj->bi", take(tril, component),
                                                truncate(noise, radius))
+
+
+def last_drawn(weights: jax.Array) -> jax.Array:
+    """The last component of each row's class with a weight, f32[B, C] -> i32[B]: where the
+    cumulative weights round below 1, a uniform above them falls there, not past it."""
+    return jnp.sum(weights > 0, axis=-1) - 1
 
 
 def mixture_of(prior: str, variables: dict) -> dict | None:
@@ -98,10 +104,18 @@ def draw(noise: jax.Array, labels: jax.Array, *, mixture: dict | None, truncatio
 
 def log_density(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Array:
     """log p(z | y) under the mixture: z f32[B, L], labels i32[B] -> f32[B]."""
-    inverse = _inverse_tril(prior["scale_tril"])[labels]  # [B, C, L, L], inverted per class
-    means, tril = prior["means"][labels], prior["scale_tril"][labels]
-    solved = jnp.einsum("bcij,bcj->bci", inverse, z[:, None, :] - means)
-    log_det = jnp.sum(jnp.log(jnp.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
+    return log_density_batched(prior, z, labels)
+
+
+def log_density_batched(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Array:
+    """log p(z | y) under the mixture: z f32[..., B, L] (leading axes, such as importance
+    samples, share the labels i32[B]) -> f32[..., B]. The factors are inverted once a call,
+    for the classes' components, not once a row."""
+    inverse = _inverse_tril(prior["scale_tril"])[labels]  # [B, C, L, L]
+    means = prior["means"][labels]
+    log_det = jnp.sum(jnp.log(jnp.diagonal(prior["scale_tril"], axis1=-2, axis2=-1)),
+                      axis=-1)[labels]  # [B, C]
+    solved = jnp.einsum("bcij,...bcj->...bci", inverse, z[..., None, :] - means)
     log_normal = -0.5 * jnp.sum(jnp.square(solved), axis=-1) - log_det \
         - 0.5 * z.shape[-1] * LOG_2PI
     return jax.nn.logsumexp(jnp.log(prior["weights"][labels]) + log_normal, axis=-1)
@@ -164,13 +178,15 @@ def class_index_table(labels: np.ndarray, num_classes: int, width_multiple: int 
 # EM steps per fit: about 20 ms each for 50,000 16-d codes and 10 x 10 components on 2 CPU
 # cores, so a fit adds about 0.6 s to each evaluation.
 EM_ITERATIONS = 30
+MIN_CODES_PER_DIMENSION = 2  # codes a component needs per latent dimension (see `fit`)
 
 
 @functools.partial(jax.jit, static_argnames=("components", "iterations"))
 def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, components: int,
         iterations: int = EM_ITERATIONS) -> dict:
     """EM for a full-covariance mixture per class. codes f32[N, L]; table, mask from
-    `class_index_table`. A class with fewer examples than components gets duplicate starts."""
+    `class_index_table`. A class of fewer than `MIN_CODES_PER_DIMENSION * L` codes a component
+    fits fewer components (at least one); the others keep weight 0 and are never drawn."""
 
     def one_class(args):
         rows, valid, class_key = args
@@ -181,7 +197,12 @@ def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, com
         start = x[jnp.argsort(scores)[:components]]
         centred = x - jnp.sum(w[:, None] * x, axis=0) / count
         cov = (w[:, None] * centred).T @ centred / count + _COVARIANCE_FLOOR * jnp.eye(x.shape[1])
-        state = (jnp.full(components, 1.0 / components), start,
+        # A component needs several codes a dimension, or its covariance collapses onto the
+        # floor and the density is a spike no other code reaches: small classes get fewer.
+        usable = jnp.clip(jnp.floor(count / (MIN_CODES_PER_DIMENSION * x.shape[1])), 1,
+                          components)
+        active = jnp.arange(components) < usable
+        state = (jnp.where(active, 1.0 / usable, 0.0), start,
                  jnp.broadcast_to(cov, (components,) + cov.shape))
 
         def em_step(_, state):
@@ -194,6 +215,7 @@ def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, com
             diff = x[None, :, :] - means[:, None, :]  # [C, M, L]
             covs = jnp.einsum("cmi,cmj->cij", r.T[:, :, None] * diff, diff) / mass[:, None, None]
             covs = covs + _COVARIANCE_FLOOR * jnp.eye(x.shape[1])
+            mass = jnp.where(active, mass, 0.0)
             return mass / jnp.sum(mass), means, covs
 
         weights, means, covs = jax.lax.fori_loop(0, iterations, em_step, state)

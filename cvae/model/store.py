@@ -27,7 +27,7 @@ import orbax.checkpoint as ocp
 
 from cvae.config import Config
 from cvae.errors import CheckpointError
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class TrainedModel:
 
     step: int
     config: Config
-    # What `CVAE.apply` takes: {"params", and "batch_stats" with BatchNorm, "prior" with the
+    # What a model's `apply` takes: {"params", and "batch_stats" with BatchNorm, "prior" with the
     # mixture prior}; the EMA weights as "params" when the run kept them (unless not asked for).
     variables: dict
     metrics: dict

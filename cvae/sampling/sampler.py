@@ -26,17 +26,15 @@ from cvae.config import NUM_CLASSES, Config
 from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
-from cvae.model.log_weights import create_bayes_classify_fn
-from cvae.model.losses import kl_divergence, reconstruction
-from cvae.model.hierarchical import LadderCVAE, layer_kls
-from cvae.model.networks import CVAE, create_model, pixel_means
-from cvae.model.widths import code_dim, noise_dim
+from cvae.model.densities import pixel_means
+from cvae.model.objectives import create_bayes_classify_fn
+from cvae.model.registry import code_dim, create_model, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
 
 DIGITS = tuple(range(NUM_CLASSES))
 
 
-def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Callable:
+def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
     """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
 
     z is the sampling noise, N(0, t^2 I), `noise_dim` wide; the model's prior maps it to its
@@ -53,7 +51,7 @@ def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Cal
     return decode
 
 
-def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
+def create_prior_fn(model, config: Config) -> Callable | None:
     """Jitted `prior(variables, noise f32[B, D], labels i32[B]) -> codes f32[B, L]`: the code
     that `generate` decodes for that noise (the ladder's: its top layer's share, noise top layer
     first, through the prior and its truncation); None where it is the noise itself (one
@@ -72,7 +70,7 @@ def create_prior_fn(model: CVAE, config: Config) -> Callable | None:
     return prior
 
 
-def create_encode_fn(model: CVAE, config: Config) -> Callable:
+def create_encode_fn(model, config: Config) -> Callable:
     """Jitted `encode(variables, images f32[B, 784] in [0, 1], labels i32[B])` ->
     (mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]).
 
@@ -84,28 +82,18 @@ def create_encode_fn(model: CVAE, config: Config) -> Callable:
 
     @jax.jit
     def encode(variables, images, labels):
-        if isinstance(model, LadderCVAE):  # every layer at its posterior mean (zero noise)
-            out = model.apply(variables, images, labels,
-                              jnp.zeros(images.shape[:1] + (model.total_dim,), images.dtype))
-            kl = sum(kl.sum(-1) for kl in layer_kls(out))
-            top = out.layers[-1]
-            return top.q_mean, top.q_logvar, reconstruction(out.logits, images,
-                                                            config.likelihood) + kl
-        mean, logvar = model.apply(variables, images, labels, method="encode")
-        logits = model.apply(variables, mean, labels, method="decode")
-        neg_elbo = reconstruction(logits, images, config.likelihood) + kl_divergence(mean, logvar)
-        return mean, logvar, neg_elbo
+        return model.apply(variables, images, labels, method="reconstruct")
 
     return encode
 
 
-def create_classify_fn(model: CVAE) -> Callable | None:
+def create_classify_fn(model) -> Callable | None:
     """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> p(y|x) f32[B, 10]`: the
     classifier q(y|x) of a model trained with `--labels N`; for a model trained with every
     label, Bayes' rule on its own bounds on log p(x|y), the ten labels in one call (a label at
-    a time) with fixed draws (`cvae.model.log_weights.create_bayes_classify_fn`)."""
+    a time) with fixed draws (`cvae.model.objectives.create_bayes_classify_fn`)."""
     if not model.has_classifier:
-        return create_bayes_classify_fn(model, model.config.likelihood)
+        return create_bayes_classify_fn(model)
 
     @jax.jit
     def classify(variables, images):
@@ -374,7 +362,7 @@ def load_sampler(checkpoint_dir, step: int | None = None, block_rows: int | None
     return sampler
 
 
-def create_sampler(model: CVAE, config: Config, variables: dict, *, step: int = 0,
+def create_sampler(model, config: Config, variables: dict, *, step: int = 0,
                    block_rows: int | None = None) -> Sampler:
     """`block_rows`: decode in blocks of exactly this many rows (default: `DECODE_BLOCKS`).
     Bayes' rule reads in the smallest only (one picture a request; checking every size was 19

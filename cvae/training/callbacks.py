@@ -33,7 +33,7 @@ from cvae.training.checkpoints import EVAL_SPLIT, create_manager, save_checkpoin
 from cvae.training.processes import local_copy
 from cvae.errors import CheckpointError
 from cvae.sampling.grid import make_grid, save_png
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.sampling.sampler import create_sampler
 
 

@@ -22,7 +22,7 @@ from orbax.checkpoint import checkpoint_managers as policies
 
 from cvae.config import Config
 from cvae.model import store
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.training.step import create_train_state
 

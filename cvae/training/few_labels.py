@@ -30,108 +30,107 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cvae.config import NUM_CLASSES, Config
-from cvae.data.pixels import IMAGE_SHAPE, to_unit
+from cvae.config import Config
+from cvae.data.pixels import to_unit
+from cvae.data.specs import spec_of
 from cvae.errors import ResumeError
-from cvae.model.losses import kl_per_dimension, reconstruction
-from cvae.model.networks import CVAE
+from cvae.model import objectives
 from cvae.data.splits import labelled_indices
 
 
-def shift_images(key: jax.Array, images: jax.Array, max_shift: int) -> jax.Array:
-    """Each image f32[B, 784] moved by its own random (dy, dx) in [-max_shift, max_shift]^2
-    (rolled: MNIST's border is blank, so a roll of a few pixels is a shift)."""
+def shift_images(key: jax.Array, images: jax.Array, max_shift: int,
+                 image_shape: tuple[int, ...]) -> jax.Array:
+    """Each image f32[B, P] moved by its own random (dy, dx) in [-max_shift, max_shift]^2
+    (rolled: a digit's border is blank, so a roll of a few pixels is a shift)."""
     shifts = jax.random.randint(key, (images.shape[0], 2), -max_shift, max_shift + 1)
 
     def one(image, shift):
-        return jnp.roll(image.reshape(IMAGE_SHAPE), shift, axis=(0, 1)).reshape(-1)
+        return jnp.roll(image.reshape(image_shape), shift, axis=(0, 1)).reshape(-1)
 
     return jax.vmap(one)(images, shifts)
 
 
-def per_label_terms(model: CVAE, variables: dict, *, x_labelled, y_labelled, x_unlabelled,
-                    z_key, train: bool, rngs: dict, mutable, shift_key: jax.Array | None = None):
-    """One pass of the model over the labelled rows and every unlabelled row with each label.
+def per_label_terms(model, variables: dict, *, x_labelled, y_labelled, x_unlabelled, z_key,
+                    kl_weight, train: bool, rngs: dict, mutable,
+                    shift_key: jax.Array | None = None):
+    """One pass of the model over the labelled rows and every unlabelled row with each label,
+    under the run's objective (cvae/model/objectives.py), and q(y|x) reading them.
 
-    -> ((class logits f32[B, 10], reconstruction f32[R], KL f32[R, L] per dimension, n_l,
-    second logits
-    f32[n_u, 10] or None), updates), R = n_l + 10 n_u rows: the labelled rows, then unlabelled
-    image i with label y at n_l + 10 i + y. With `classifier_shift` (and `shift_key`) q(y|x)
-    reads randomly shifted images; with `consistency_weight` it also reads a second shift of
-    each unlabelled image (the "second logits").
+    -> ((class logits f32[n_l + n_u, C], `RowTerms` of R rows, n_l, second logits f32[n_u, C]
+    or None), updates), R = n_l + C n_u rows: the labelled rows, then unlabelled image i with
+    label y at n_l + C i + y. With `classifier_shift` (and `shift_key`) q(y|x) reads randomly
+    shifted images; with `consistency_weight` it also reads a second shift of each unlabelled
+    image (the "second logits").
     """
-    config = model.config
+    config, classes = model.config, model.num_classes
     n_l, n_u = x_labelled.shape[0], x_unlabelled.shape[0]
-    repeated = jnp.repeat(x_unlabelled, NUM_CLASSES, axis=0)
-    targets = jnp.concatenate([x_labelled, repeated])
-    labels = jnp.concatenate([y_labelled, jnp.tile(jnp.arange(NUM_CLASSES), n_u)])
+    targets = jnp.concatenate([x_labelled, jnp.repeat(x_unlabelled, classes, axis=0)])
+    labels = jnp.concatenate([y_labelled, jnp.tile(jnp.arange(classes), n_u)])
     read = jnp.concatenate([x_labelled, x_unlabelled])
     if config.classifier_shift and shift_key is not None:
         first_key, second_key = jax.random.split(shift_key)
-        read = shift_images(first_key, read, config.classifier_shift)
+        shape = model.data.image_shape
+        read = shift_images(first_key, read, config.classifier_shift, shape)
         if config.consistency_weight > 0:
             read = jnp.concatenate([read, shift_images(second_key, x_unlabelled,
-                                                       config.classifier_shift)])
-
-    def forward(module):
-        return module(targets, labels, z_key, train=train), module.classify(read, train=train)
-
-    ((logits, mean, logvar), class_logits), updates = model.apply(
-        variables, rngs=rngs, mutable=mutable, method=forward)
+                                                       config.classifier_shift, shape)])
+    noise = objectives.draw_noise(z_key, model, samples=config.importance_samples,
+                                  batch=targets.shape[0])
+    rows, class_logits, updates = objectives.row_terms(
+        model, variables, images=targets, labels=labels, noise=noise,
+        objective=config.objective, kl_weight=kl_weight, train=train, rngs=rngs,
+        mutable=mutable, also=lambda module: module.classify(read, train=train))
     second = class_logits[n_l + n_u:] if class_logits.shape[0] > n_l + n_u else None
-    return (class_logits[:n_l + n_u], reconstruction(logits, targets, config.likelihood),
-            kl_per_dimension(mean, logvar), n_l, second), updates
+    return (class_logits[:n_l + n_u], rows, n_l, second), updates
 
 
-def semi_supervised_loss(outputs, *, kl_weight, labelled_share: float, classifier_weight: float,
-                         y_labelled, consistency_weight: float = 0.0, free_bits: float = 0.0,
-                         entropy_weight: float = 0.0):
-    """The batch estimate of J^alpha / N (module docstring) and its terms, from `per_label_terms`.
+def semi_supervised_loss(outputs, *, config: Config, kl_weight, labelled_share: float,
+                         y_labelled):
+    """The batch estimate of J^alpha / N (module docstring) and its terms, from
+    `per_label_terms`.
 
-    The KL enters as kl_weight times its weighted mean over the rows (each labelled row
-    weighs labelled_share / n_l, unlabelled row (i, y) (1 - labelled_share) q(y|x_i) / n_u), so
-    with `free_bits` each latent dimension's weighted mean KL is floored before summing, as
-    `cvae.model.losses.objective` floors the batch mean. With second logits, `consistency_weight`
-    times the mean squared difference of the two readings' probabilities of each unlabelled
-    image is added (the Pi-model's consistency). `entropy_weight` times the unlabelled
-    images' mean entropy of q(y|x) is added (entropy minimisation, Grandvalet and Bengio 2005):
-    M2's own -H(q(y|x)) pushes the readings towards uniform, this pulls them to a decision.
+    Each row's negative bound is weighed as M2 weighs it: a labelled row labelled_share / n_l,
+    unlabelled row (i, y) (1 - labelled_share) q(y|x_i) / n_u (`objectives.batch_loss`, which
+    also floors each latent dimension's weighted mean KL with free bits). With second logits,
+    `consistency_weight` times the mean squared difference of the two readings'
+    probabilities of each unlabelled image is added (the Pi-model's consistency).
+    `entropy_weight` times the unlabelled images' mean entropy of q(y|x) is added (entropy
+    minimisation, Grandvalet and Bengio 2005): M2's own -H(q(y|x)) pushes the readings towards
+    uniform, this pulls them to a decision.
     -> (loss, {"loss", "reconstruction", "kl", "labelled_loss", "unlabelled_loss",
     "classifier_cross_entropy", "classifier_accuracy", "entropy", "consistency"});
     reconstruction and KL are the expected terms over all images of the batch (q(y|x)-weighted
     for the unlabelled).
     """
-    class_logits, rec, kl_per_dim, n_l, second = outputs
-    kl = kl_per_dim.sum(axis=-1)
-    neg_elbo = rec + kl_weight * kl
-    log_q = jax.nn.log_softmax(class_logits[n_l:])  # unlabelled: f32[n_u, 10]
+    class_logits, rows, n_l, second = outputs
+    classes = class_logits.shape[-1]
+    log_q = jax.nn.log_softmax(class_logits[n_l:])  # unlabelled: f32[n_u, C]
     q = jnp.exp(log_q)
+    n_u = q.shape[0]
 
-    def by_label(values):  # unlabelled rows -> f32[n_u, 10]
-        return values[n_l:].reshape(-1, NUM_CLASSES)
+    def by_label(values):  # unlabelled rows -> f32[n_u, C]
+        return values[n_l:].reshape(-1, classes)
 
+    weights = jnp.concatenate([jnp.full((n_l,), labelled_share / n_l),
+                               (1.0 - labelled_share) * q.reshape(-1) / n_u])
+    bound_loss, _ = objectives.batch_loss(rows, objective=config.objective, kl_weight=kl_weight,
+                                          free_bits=config.free_bits, weights=weights)
     entropy = -jnp.sum(q * log_q, axis=-1)
-    unlabelled = jnp.sum(q * by_label(neg_elbo), axis=-1) - entropy
-    labelled = neg_elbo[:n_l]
+    unlabelled = jnp.sum(q * by_label(rows.neg_bound), axis=-1) - entropy
     cross_entropy = optax.softmax_cross_entropy_with_integer_labels(class_logits[:n_l],
                                                                     y_labelled)
     consistency = (jnp.zeros(()) if second is None else
                    jnp.sum(jnp.square(q - jax.nn.softmax(second)), axis=-1).mean())
-    loss = (labelled_share * labelled.mean() + (1.0 - labelled_share) * unlabelled.mean()
-            + classifier_weight * cross_entropy.mean() + consistency_weight * consistency
-            + entropy_weight * entropy.mean())
-    if free_bits > 0:  # the KL term again, with each dimension's weighted mean floored
-        n_u = q.shape[0]
-        weights = jnp.concatenate([jnp.full((n_l,), labelled_share / n_l),
-                                   (1.0 - labelled_share) * q.reshape(-1) / n_u])
-        per_dim = jnp.einsum("r,rd->d", weights, kl_per_dim)
-        loss += kl_weight * (jnp.maximum(per_dim, free_bits).sum() - per_dim.sum())
+    loss = (bound_loss - (1.0 - labelled_share) * entropy.mean()
+            + config.classifier_weight * cross_entropy.mean()
+            + config.consistency_weight * consistency + config.entropy_weight * entropy.mean())
 
     def expected(values):  # labelled rows as they are, unlabelled ones under q(y|x)
         return jnp.concatenate([values[:n_l], jnp.sum(q * by_label(values), axis=-1)]).mean()
 
-    terms = {"loss": loss, "reconstruction": expected(rec), "kl": expected(kl),
-             "labelled_loss": labelled.mean(), "unlabelled_loss": unlabelled.mean(),
+    terms = {"loss": loss, "reconstruction": expected(rows.reconstruction),
+             "kl": expected(rows.kl), "labelled_loss": rows.neg_bound[:n_l].mean(),
+             "unlabelled_loss": unlabelled.mean(),
              "classifier_cross_entropy": cross_entropy.mean(),
              "classifier_accuracy": jnp.mean(jnp.argmax(class_logits[:n_l], -1) == y_labelled),
              "entropy": entropy.mean(), "consistency": consistency}
@@ -159,7 +158,7 @@ def virtual_adversarial_loss(classify: Callable, images: jax.Array, key: jax.Arr
     is a constant (stop_gradient): only the reading at x + r_adv is pulled towards it. Needs no
     label, so every image of the batch takes part.
 
-    `classify`: images f32[B, 784] -> logits f32[B, 10], a pure function of the parameters
+    `classify`: images f32[B, P] -> logits f32[B, C], a pure function of the parameters
     being trained. -> f32[].
     """
     clean = jax.lax.stop_gradient(jax.nn.log_softmax(classify(images)))
@@ -180,7 +179,7 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
     `orders` = (labelled file rows i32[N_l], unlabelled file rows i32[N_u]), each in this
     epoch's order. Batch i of the chunk is the labelled rows at (first + i) * n_l + 0..n_l - 1
     (cycled modulo N_l), then the unlabelled rows (first + i) * n_u ... Only the labelled rows'
-    labels are read. The batch reaches the step as {"image": f32[B, 784], "label": i32[n_l]}.
+    labels are read. The batch reaches the step as {"image": f32[B, P], "label": i32[n_l]}.
     """
     n_l = config.labelled_per_batch
     n_u = config.batch_size - n_l
@@ -205,8 +204,8 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
     return train_chunk
 
 
-def create_read_labels_fn(model: CVAE, batch_size: int = 1000) -> Callable:
-    """Jitted `read_labels(variables, images_u8 u8[N, 784]) -> i32[N]`: the label q(y|x) gives
+def create_read_labels_fn(model, batch_size: int = 1000) -> Callable:
+    """Jitted `read_labels(variables, images_u8 u8[N, P]) -> i32[N]`: the label q(y|x) gives
     each image (its argmax), in batches. (The sampler's `create_classify_fn` gives the
     probabilities, through its fixed blocks.)"""
 
@@ -218,7 +217,7 @@ def create_read_labels_fn(model: CVAE, batch_size: int = 1000) -> Callable:
 
         def one(start):
             rows = to_unit(jax.lax.dynamic_slice_in_dim(padded, start, size))
-            return jnp.argmax(model.apply(variables, rows, method=CVAE.classify), axis=-1)
+            return jnp.argmax(model.apply(variables, rows, method="classify"), axis=-1)
 
         return jax.lax.map(one, jnp.arange(0, padded.shape[0], size)).reshape(-1)[:n]
 
@@ -232,7 +231,8 @@ def choose_labelled_set(split, config: Config) -> dict[str, np.ndarray]:
     """
     file_rows = split.train_indices
     positions = labelled_indices(split.train_labels, file_rows, count=config.labelled_count,
-                                 num_classes=NUM_CLASSES, seed=config.seed)
+                                 num_classes=spec_of(config.dataset).num_classes,
+                                 seed=config.seed)
     return {"positions": positions.astype(np.int32),
             "indices": np.asarray(file_rows[positions], np.int32),
             "labels": np.asarray(split.train_labels[positions], np.int32)}
@@ -256,8 +256,8 @@ def unlabelled_positions(num_training: int, labelled_positions: np.ndarray) -> n
     return np.flatnonzero(keep).astype(np.int32)
 
 
-def create_error_fn(model: CVAE) -> Callable:
-    """`error(variables, images_u8 u8[N, 784], labels i32[N]) -> float`: q(y|x)'s error rate."""
+def create_error_fn(model) -> Callable:
+    """`error(variables, images_u8 u8[N, P], labels i32[N]) -> float`: q(y|x)'s error rate."""
     read_labels = create_read_labels_fn(model)
 
     def error(variables, images_u8, labels) -> float:

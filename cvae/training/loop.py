@@ -26,9 +26,10 @@ from cvae.config import Config
 from cvae.data.load import Dataset
 from cvae.data.splits import split_training_set
 from cvae.errors import ConfigError
-from cvae.model import lever_losses
+from cvae.model import learned_prior
 from cvae.model import prior as prior_lib
-from cvae.model.networks import CVAE, create_model
+from cvae.model.interface import LEARNED_PRIORS
+from cvae.model.registry import create_model
 from cvae.training.callbacks import Callback, CallbackList, Run
 from cvae.training.devices import create_mesh, replicate
 from cvae.training.optimizer import create_optimizer
@@ -50,10 +51,10 @@ def planned_steps(config: Config, epoch_rows: int, rows_per_step: int) -> tuple[
     return steps_per_epoch, min(total, config.max_steps) if config.max_steps else total
 
 
-def create_prior_fit(model: CVAE, config: Config, supervision: Supervision):
+def create_prior_fit(model, config: Config, supervision: Supervision):
     """`fit(state, images, labels, key) -> state` with its mixture prior refitted, under the
     labels the `supervision` gives; None when the run's prior is the standard one."""
-    if config.prior in lever_losses.LEARNED_PRIORS:
+    if config.prior in LEARNED_PRIORS:
         collectors = {}  # sharding -> jitted collection, made once per mesh
 
         def write(state, images, labels, key):  # learnt, not fitted: written as it stands
@@ -63,8 +64,8 @@ def create_prior_fit(model: CVAE, config: Config, supervision: Supervision):
             sharding = jax.tree.leaves(state.params)[0].sharding
             if sharding not in collectors:
                 collectors[sharding] = jax.jit(
-                    lambda params: lever_losses.learned_prior_collection(
-                        model, {"params": params}), out_shardings=sharding)
+                    lambda params: {prior_lib.VARIABLE: learned_prior.as_mixture(model.apply(
+                        {"params": params}, method="prior_mixture"))}, out_shardings=sharding)
             prior = collectors[sharding](state.eval_variables()["params"])
             # Copies: a learned mixture's means are its parameters' own buffers (jit may
             # forward them), and the state is donated to the step, so each must be its own.

@@ -6,12 +6,15 @@ stays one jitted closure and nothing here holds state of its own.
 
 from __future__ import annotations
 
+import re
+
 import flax
 import jax.numpy as jnp
 import optax
 
 from cvae.config import Config
 from cvae.errors import ConfigError
+from cvae.model import registry
 
 
 def create_learning_rate_schedule(config: Config, total_steps: int) -> optax.Schedule:
@@ -53,10 +56,14 @@ def _base_optimizer(config: Config, schedule: optax.Schedule) -> optax.GradientT
     raise ConfigError(f"optimizer={name!r}: unknown")
 
 
-def freeze_labels(params, frozen: str):
-    """'frozen' for every leaf under the top-level module named `frozen`, else 'trainable'."""
-    return flax.traverse_util.path_aware_map(
-        lambda path, _: "frozen" if path[0] == frozen else "trainable", params)
+def freeze_labels(params, frozen_modules: tuple[str, ...]):
+    """'frozen' for every leaf under a top-level module in `frozen_modules` (a family's
+    `PARAM_GROUPS` entry, cvae/model/registry.py; list modules such as a ladder's `upper_0`
+    count by their name less the index), else 'trainable'."""
+    def label(path, _):
+        return "frozen" if re.sub(r"_\d+$", "", path[0]) in frozen_modules else "trainable"
+
+    return flax.traverse_util.path_aware_map(label, params)
 
 
 def create_optimizer(config: Config, total_steps: int) -> tuple[optax.GradientTransformation,
@@ -78,7 +85,7 @@ def create_optimizer(config: Config, total_steps: int) -> tuple[optax.GradientTr
     if config.freeze != "none":
         tx = optax.multi_transform(
             {"trainable": tx, "frozen": optax.set_to_zero()},
-            lambda params: freeze_labels(params, config.freeze))
+            lambda params: freeze_labels(params, registry.param_groups(config)[config.freeze]))
     if config.accumulation_steps > 1:
         tx = optax.MultiSteps(tx, every_k_schedule=config.accumulation_steps)
     return tx, schedule

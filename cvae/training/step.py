@@ -20,9 +20,9 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from cvae.config import Config
-from cvae.data.pixels import IMAGE_PIXELS, to_unit
+from cvae.data.pixels import to_unit
 from cvae.model.binarization import maybe_binarize
-from cvae.model.networks import CVAE, init_variables
+from cvae.model.registry import init_variables
 from cvae.training.optimizer import create_kl_weight_schedule
 from cvae.training.devices import check_divisible, gather_rows, replicate, shard_batch
 
@@ -35,7 +35,7 @@ class StepKeys(NamedTuple):
     vat: jax.Array  # virtual adversarial training's random directions (`--vat-weight`)
 
 
-Batch = dict[str, jax.Array]  # {"image": float32[B, 784] in [0, 1], "label": int32[B]}
+Batch = dict[str, jax.Array]  # {"image": float32[B, P] in [0, 1], "label": int32[B]}
 Metrics = dict[str, jax.Array]
 
 # Streams folded into the run key, so each use of randomness is independent of the others.
@@ -74,7 +74,7 @@ def eval_key(key: jax.Array) -> jax.Array:
     return stream_key(key, _EVAL_STREAM)
 
 
-def create_train_state(model: CVAE, optimizer: optax.GradientTransformation, config: Config, *,
+def create_train_state(model, optimizer: optax.GradientTransformation, config: Config, *,
                        key: jax.Array) -> TrainState:
     variables = init_variables(model, stream_key(key, _PARAMS_STREAM))
     params = variables["params"]
@@ -90,7 +90,7 @@ def create_train_state(model: CVAE, optimizer: optax.GradientTransformation, con
     return state.replace(step=jnp.zeros((), jnp.int32))
 
 
-def empty_labelled_set(model: CVAE) -> dict:
+def empty_labelled_set(model) -> dict:
     """The labelled set's place in the state of a model with a classifier (zeros until the
     run's supervision fills it in, `cvae.training.supervision`): its shape is part of the
     checkpoint's structure. Empty for a model trained with every label."""
@@ -100,7 +100,7 @@ def empty_labelled_set(model: CVAE) -> dict:
             for name in ("indices", "labels")}
 
 
-def create_train_step(model: CVAE, optimizer: optax.GradientTransformation, config: Config, *,
+def create_train_step(model, optimizer: optax.GradientTransformation, config: Config, *,
                       key: jax.Array, supervision, learning_rate_fn: optax.Schedule | None = None,
                       mesh: Mesh | None = None) -> tuple[TrainState, Callable]:
     """Initialise the state and build `train_step(state, batch, key) -> (state, metrics)`.
@@ -167,8 +167,8 @@ def ema_update(ema, params, decay: float):
 
 
 def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
-    """uint8[N, 28, 28], int[N] -> on the device as uint8[N, 784], int32[N]."""
-    return jnp.asarray(images.reshape(-1, IMAGE_PIXELS)), jnp.asarray(labels, jnp.int32)
+    """uint8[N, H, W(, C)], int[N] -> on the device as uint8[N, P] (flattened), int32[N]."""
+    return jnp.asarray(images.reshape(len(images), -1)), jnp.asarray(labels, jnp.int32)
 
 
 def to_batch(images_u8: jax.Array, labels: jax.Array) -> Batch:

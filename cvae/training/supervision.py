@@ -29,12 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.config import NUM_CLASSES, Config
+from cvae.config import Config
 from cvae.data.splits import TrainValidation
 from cvae.errors import ConfigError
-from cvae.model import lever_losses
+from cvae.model import objectives
 from cvae.model import prior as prior_lib
-from cvae.model.losses import vae_loss
 from cvae.training import few_labels
 from cvae.training.devices import replicate
 from cvae.training.step import (StepKeys, create_train_chunk, epoch_permutation,
@@ -88,22 +87,17 @@ class FullLabels:
 
     def loss(self, model, variables: dict, *, images, labels, keys: StepKeys, kl_weight,
              mutable: list[str]):
-        """-> (loss, (terms, updates)): the batch's negative ELBO under the KL weight, or the
-        bound of the run's model levers (`cvae.model.lever_losses`: IWAE/DReG, a learned prior,
-        the ladder), its noise drawn from the step's key."""
-        if lever_losses.uses_levers(self.config):
-            noise = lever_losses.draw_noise(keys.z, model, config=self.config,
-                                             batch=images.shape[0])
-            loss, terms = lever_losses.lever_loss(model, variables, images=images,
-                                                  labels=labels, noise=noise,
-                                                  config=self.config, kl_weight=kl_weight)
-            return loss, (terms, {})
-        (logits, mean, logvar), updates = model.apply(
-            variables, images, labels, keys.z, train=True, rngs={"dropout": keys.dropout},
-            mutable=mutable)
-        loss, terms = vae_loss(logits, images, mean=mean, logvar=logvar,
-                               likelihood=self.config.likelihood,
-                               kl_weight=kl_weight, free_bits=self.config.free_bits)
+        """-> (loss, (terms, updates)): the batch's mean negative bound (the config's
+        objective), its noise drawn from the step's key."""
+        cfg = self.config
+        noise = objectives.draw_noise(keys.z, model, samples=cfg.importance_samples,
+                                      batch=images.shape[0])
+        rows, _, updates = objectives.row_terms(
+            model, variables, images=images, labels=labels, noise=noise,
+            objective=cfg.objective, kl_weight=kl_weight, train=True,
+            rngs={"dropout": keys.dropout}, mutable=mutable)
+        loss, terms = objectives.batch_loss(rows, objective=cfg.objective, kl_weight=kl_weight,
+                                            free_bits=cfg.free_bits)
         return loss, (terms, updates)
 
     def create_validation_figures(self, model) -> Callable:
@@ -111,7 +105,7 @@ class FullLabels:
 
     def create_prior_labels(self, model) -> Callable:
         """Every image's own label, and the class table built from them once."""
-        table = prior_lib.class_index_table(self.train_labels, NUM_CLASSES)
+        table = prior_lib.class_index_table(self.train_labels, model.num_classes)
         return lambda variables, images_u8, labels: (labels, *table)
 
 
@@ -177,13 +171,11 @@ class FewLabels:
         n_l = labels.shape[0]
         outputs, updates = few_labels.per_label_terms(
             model, variables, x_labelled=images[:n_l], y_labelled=labels,
-            x_unlabelled=images[n_l:], z_key=keys.z, train=True,
+            x_unlabelled=images[n_l:], z_key=keys.z, kl_weight=kl_weight, train=True,
             rngs={"dropout": keys.dropout}, mutable=mutable, shift_key=keys.shift)
         loss, terms = few_labels.semi_supervised_loss(
-            outputs, kl_weight=kl_weight, labelled_share=self.labelled_share,
-            classifier_weight=self.config.classifier_weight, y_labelled=labels,
-            consistency_weight=self.config.consistency_weight, free_bits=self.config.free_bits,
-            entropy_weight=self.config.entropy_weight)
+            outputs, config=self.config, kl_weight=kl_weight,
+            labelled_share=self.labelled_share, y_labelled=labels)
         if self.config.vat_weight > 0:
             # On the plain images, labelled and not, through the classifier as it reads at
             # inference (no dropout, BatchNorm's running statistics): the function /classify
@@ -211,7 +203,7 @@ class FewLabels:
         def prior_labels(variables, images_u8, labels):
             read = read_labels(variables, images_u8).astype(jnp.int32).at[positions].set(known)
             # Widths rounded up, so the fit compiles for a few table shapes, not one per epoch.
-            table = prior_lib.class_index_table(jax.device_get(read), NUM_CLASSES,
+            table = prior_lib.class_index_table(jax.device_get(read), model.num_classes,
                                                 width_multiple=1024)
             return (read, *table)
 

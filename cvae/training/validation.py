@@ -2,7 +2,7 @@
 validation split, and the supervision's own figures (q(y|x)'s error with few labels).
 
 `create_eval_step` + `evaluate` give exact averages of the training objective
-(`cvae.model.losses.objective`, free bits included) and its terms over any set of images: the
+(cvae/model/objectives.py, free bits included) and its terms over any set of images: the
 loop calls them on the validation split every evaluated epoch (`create_validation`), and
 `cvae eval` once on the test set (`cvae.evaluation.run`).
 """
@@ -17,60 +17,38 @@ import numpy as np
 
 from cvae.config import Config
 from cvae.data.splits import TrainValidation
-from cvae.model import lever_losses
+from cvae.model import objectives, registry
 from cvae.model.binarization import maybe_binarize
-from cvae.model.losses import kl_divergence, kl_per_dimension, objective, reconstruction
-from cvae.model.networks import CVAE
 from cvae.training.devices import replicate
 from cvae.training.step import device_arrays, eval_key, to_batch
 
 ACTIVE_UNIT_NATS = 0.01  # a latent dimension is active when its mean KL exceeds this
 
 
-def create_eval_step(model: CVAE, config: Config) -> Callable:
+def create_eval_step(model, config: Config) -> Callable:
     """`eval_step(variables, images_u8, labels, mask, key) -> per-batch sums of each term`.
 
     Sums (not means) so batches of unequal size combine exactly; `mask` marks real rows of the
-    padded last batch. Evaluation binarises like training and draws one z per example.
+    padded last batch. Evaluation binarises like training and draws one z per example; the
+    terms are the ELBO's under the prior training uses (cvae/model/objectives.py).
     """
 
-    if lever_losses.uses_levers(config):
-        return _create_lever_eval_step(model, config)
-
     @jax.jit
     def eval_step(variables, images, labels, mask, key):
         binarize_key, z_key = jax.random.split(key)
         batch = to_batch(images, labels)
         x = maybe_binarize(binarize_key, batch["image"], config)
-        logits, mean, logvar = model.apply(variables, x, batch["label"], z_key, train=False)
+        noise = objectives.draw_noise(z_key, model, samples=1, batch=x.shape[0])
+        terms = model.apply(variables, x, batch["label"], noise, method="terms")
+        first = jax.tree.map(lambda a: a[0], terms)
+        kl = first.kl_dims.sum(axis=-1) + first.kl_rest
         return {
-            "reconstruction": jnp.sum(reconstruction(logits, x, config.likelihood) * mask),
-            "kl": jnp.sum(kl_divergence(mean, logvar) * mask),
-            "kl_per_dim": jnp.sum(kl_per_dimension(mean, logvar) * mask[:, None], axis=0),
+            "reconstruction": jnp.sum(-first.log_px * mask),
+            "kl": jnp.sum(kl * mask),
+            "kl_per_dim": jnp.sum(first.kl_dims * mask[:, None], axis=0),
+            "kl_rest": jnp.sum(first.kl_rest * mask),
             "count": jnp.sum(mask),
         }
-
-    return eval_step
-
-
-def _create_lever_eval_step(model, config: Config) -> Callable:
-    """`create_eval_step`'s for a model with levers: one draw's ELBO terms through
-    `lever_losses.elbo_per_example` (every ladder layer, a learned prior's KL)."""
-
-    @jax.jit
-    def eval_step(variables, images, labels, mask, key):
-        binarize_key, z_key = jax.random.split(key)
-        batch = to_batch(images, labels)
-        x = maybe_binarize(binarize_key, batch["image"], config)
-        noise = lever_losses.draw_noise(z_key, model,
-                                        config=config.replace(importance_samples=1),
-                                        batch=x.shape[0])
-        terms = lever_losses.elbo_per_example(model, variables, images=x, labels=batch["label"],
-                                              noise=noise, likelihood=config.likelihood)
-        return {"reconstruction": jnp.sum(terms["reconstruction"] * mask),
-                "kl": jnp.sum(terms["kl"] * mask),
-                "kl_per_dim": jnp.sum(terms["kl_per_dim"] * mask[:, None], axis=0),
-                "count": jnp.sum(mask)}
 
     return eval_step
 
@@ -98,14 +76,16 @@ def evaluate(eval_step: Callable, variables: dict, *, images: jax.Array, labels:
     count = float(totals["count"])
     result = {name: float(totals[name]) / count for name in ("reconstruction", "kl")}
     kl_per_dim = totals["kl_per_dim"] / count
-    result["loss"] = float(objective(result["reconstruction"], result["kl"], kl_per_dim,
-                                     kl_weight=config.kl_weight, free_bits=config.free_bits))
+    rest_dims = registry.noise_dim(config) - kl_per_dim.shape[-1]
+    counted = objectives.counted_kl(result["kl"], kl_per_dim, float(totals["kl_rest"]) / count,
+                                    rest_dims, config.free_bits)
+    result["loss"] = float(result["reconstruction"] + config.kl_weight * counted)
     result["neg_elbo"] = result["reconstruction"] + result["kl"]
     result["active_units"] = int(np.sum(kl_per_dim > ACTIVE_UNIT_NATS))
     return result
 
 
-def create_validation(model: CVAE, config: Config, *, split: TrainValidation, mesh,
+def create_validation(model, config: Config, *, split: TrainValidation, mesh,
                       supervision) -> Callable:
     """`validate(state, key) -> metrics` on the validation split: the training objective's
     terms, and the `supervision`'s figures (`cvae.training.supervision`)."""

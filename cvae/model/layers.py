@@ -1,0 +1,112 @@
+"""The layers the model families are built of: blocks, the convolutional stem and head, q(y|x).
+
+Every module here reads its sizes from the run's config and the dataset's spec
+(`cvae.data.specs`): images arrive flattened, f32[B, height * width * channels] in [0, 1].
+Submodules are named by Flax from their class and order (`_Block_0`, `Conv_1`), and those names
+are the checkpoint's parameter paths: renaming a class here breaks every stored checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from cvae.config import Config
+from cvae.data.specs import DatasetSpec
+from cvae.errors import ConfigError
+from cvae.model import convolution
+
+ACTIVATION_FNS: dict[str, Callable] = {
+    "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
+    "leaky_relu": nn.leaky_relu,
+}
+CONV_DOWNSAMPLING = 4  # two stride-2 convolutions: the side a conv stack must divide
+CONV_FEATURES = (32, 64)  # channels of the two convolutions (the head mirrors them)
+
+
+def soft_clamp(x: jax.Array, bound: float) -> jax.Array:
+    """Smoothly squash x into (-bound, bound); identity near zero, gradients never vanish."""
+    return bound * jnp.tanh(x / bound)
+
+
+def check_conv_shape(data: DatasetSpec) -> None:
+    """ConfigError unless both image sides halve twice: the conv stack's one constraint."""
+    if data.height % CONV_DOWNSAMPLING or data.width % CONV_DOWNSAMPLING:
+        raise ConfigError(
+            f"architecture='conv': {data.name}'s {data.height}x{data.width} images do not "
+            f"halve twice; the conv stack takes sides that are multiples of {CONV_DOWNSAMPLING} "
+            f"(e.g. 8, 28, 32, 64); use --architecture mlp")
+
+
+class _Block(nn.Module):
+    """Dense -> (BatchNorm) -> activation -> (Dropout)."""
+
+    width: int
+    activation: str
+    dropout_rate: float
+    batch_norm: bool
+
+    @nn.compact
+    def __call__(self, h: jax.Array, *, train: bool) -> jax.Array:
+        h = nn.Dense(self.width)(h)
+        if self.batch_norm:
+            h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
+        h = ACTIVATION_FNS[self.activation](h)
+        if self.dropout_rate > 0:
+            h = nn.Dropout(self.dropout_rate, deterministic=not train)(h)
+        return h
+
+
+def block(config: Config, width: int) -> _Block:
+    """A hidden block of the config's activation, dropout and BatchNorm."""
+    return _Block(width, config.activation, config.dropout_rate, config.batch_norm)
+
+
+def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
+    """f32[..., B, P] -> what the first dense layer reads: the pixels themselves, or with
+    `architecture="conv"` two strided convolutions' maps, flattened. Call it inside a module's
+    compact method: its layers are that module's own (Conv_0, Conv_1)."""
+    if config.architecture != "conv":
+        return images
+    act = ACTIVATION_FNS[config.activation]
+    lead = images.shape[:-1]
+    h = images.reshape(-1, *data.image_shape)
+    for features in CONV_FEATURES:
+        h = act(convolution.Conv(features)(h))
+    return h.reshape(*lead, -1)
+
+
+def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
+    """The last hidden layer f32[..., B, W] -> pixel logits f32[..., B, P]: one dense layer, or
+    with `architecture="conv"` a dense map at a quarter of the side and two transposed
+    convolutions. Call it inside a module's compact method."""
+    if config.architecture != "conv":
+        return nn.Dense(data.pixels)(h)
+    act = ACTIVATION_FNS[config.activation]
+    lead = h.shape[:-1]
+    side_h, side_w = data.height // CONV_DOWNSAMPLING, data.width // CONV_DOWNSAMPLING
+    deepest = CONV_FEATURES[-1]
+    h = act(nn.Dense(side_h * side_w * deepest)(h)).reshape(-1, side_h, side_w, deepest)
+    for features in CONV_FEATURES[-2::-1]:
+        h = act(convolution.ConvTranspose(features)(h))
+    h = convolution.ConvTranspose(data.channels)(h)
+    return h.reshape(*lead, data.pixels)
+
+
+class Classifier(nn.Module):
+    """q(y | x) of the semi-supervised model (M2): image -> class logits, an MLP of the
+    encoder's widths (its convolutions first with `architecture="conv"`)."""
+
+    config: Config
+    data: DatasetSpec
+
+    @nn.compact
+    def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
+        """images f32[B, P] in [0, 1] -> logits f32[B, classes]."""
+        h = image_features(images, self.config, self.data)
+        for width in self.config.hidden_sizes:
+            h = block(self.config, width)(h, train=train)
+        return nn.Dense(self.data.num_classes)(h)

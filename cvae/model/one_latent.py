@@ -1,0 +1,142 @@
+"""The one-latent conditional VAE: MLP encoder and decoder, or with `--architecture conv` two
+strided convolutions in front of the encoder and two transposed ones behind the decoder.
+
+Encoder q(z | x, y): image and one-hot label -> hidden blocks -> one projection to 2L, split into
+mean and log-variance (soft-clamped, so exp(logvar) and the KL stay finite whatever the
+optimiser does). Decoder p(x | z, y): a projection of z plus a projection of the label, hidden
+blocks (the label fed to each with `label_conditioning="every"`), then pixel logits.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from cvae.config import Config
+from cvae.data.specs import DatasetSpec
+from cvae.model import densities
+from cvae.model.interface import LEARNED_PRIORS, Family, Terms, sampled_terms
+from cvae.model.layers import (ACTIVATION_FNS, block, check_conv_shape, image_features,
+                               pixel_logits, soft_clamp)
+
+
+class Encoder(nn.Module):
+    config: Config
+    data: DatasetSpec
+
+    @nn.compact
+    def __call__(self, images: jax.Array, onehot: jax.Array, *, train: bool):
+        """images f32[B, P] in [0, 1]; onehot f32[B, C] -> mean, logvar f32[B, L]."""
+        cfg = self.config
+        h = jnp.concatenate([image_features(images, cfg, self.data), onehot], axis=-1)
+        for width in cfg.hidden_sizes:
+            h = block(cfg, width)(h, train=train)
+        mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.latent_dim)(h), 2, axis=-1)
+        return mean, soft_clamp(raw_logvar, cfg.logvar_bound)
+
+
+class Decoder(nn.Module):
+    config: Config
+    data: DatasetSpec
+
+    @nn.compact
+    def __call__(self, z: jax.Array, onehot: jax.Array, *, train: bool) -> jax.Array:
+        """z f32[B, L]; onehot f32[B, C] -> pixel logits f32[B, P]."""
+        cfg = self.config
+        every = cfg.label_conditioning == "every"
+        widths = tuple(reversed(cfg.hidden_sizes))
+        act = ACTIVATION_FNS[cfg.activation]
+        h = act(nn.Dense(widths[0])(z) + nn.Dense(widths[0], use_bias=False)(onehot))
+        for width in widths[1:]:
+            if every:
+                h = jnp.concatenate([h, onehot], axis=-1)
+            h = block(cfg, width)(h, train=train)
+        if every:
+            h = jnp.concatenate([h, onehot], axis=-1)
+        return pixel_logits(h, cfg, self.data)
+
+
+class OneLatent(Family):
+    """The conditional VAE with one latent z of `latent_dim`; noise and codes are both z."""
+
+    EXPORT_MODULES = {"sample": ("decoder",), "encode": ("encoder", "decoder"),
+                      "classify": ("classifier",)}
+    PARAM_GROUPS = {"encoder": ("encoder",), "decoder": ("decoder",)}
+
+    def setup(self):
+        if self.config.architecture == "conv":
+            check_conv_shape(self.data)
+        self.encoder = Encoder(self.config, self.data)
+        self.decoder = Decoder(self.config, self.data)
+        self.setup_prior(self.config.latent_dim)
+
+    @property
+    def noise_dim(self) -> int:
+        return self.config.latent_dim
+
+    @property
+    def code_dim(self) -> int:
+        return self.config.latent_dim
+
+    def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
+        return self.encoder(images, self.onehot(labels), train=train)
+
+    def decode_onehot(self, codes: jax.Array, onehot: jax.Array, *,
+                      train: bool = False) -> jax.Array:
+        """`decode` with the label as a (possibly blended) one-hot f32[B, C]."""
+        return self.decoder(codes, onehot, train=train)
+
+    def generate(self, noise: jax.Array, labels: jax.Array, sample_fn=None) -> jax.Array:
+        """Pixel logits f32[B, P] of samples: noise f32[B, L] ~ N(0, t^2 I) through the prior
+        (`sample_fn`: the prior's sampling rule, or the export's copy of it)."""
+        codes = (self.draw_codes(noise, labels) if sample_fn is None
+                 else self.draw_codes(noise, labels, sample_fn))
+        return self.decode(codes, labels)
+
+    def draws(self, images, labels, noise, *, train: bool = False) -> jax.Array:
+        mean, logvar = self.encode(images, labels, train=train)
+        return mean + jnp.exp(0.5 * logvar) * noise
+
+    def terms(self, images, labels, noise, *, train: bool = False,
+              sampling_prior: bool = False) -> Terms:
+        mean, logvar = self.encode(images, labels, train=train)
+        z = mean + jnp.exp(0.5 * logvar) * noise
+        return self._scored(images, labels, z, mean, logvar, train, sampling_prior)
+
+    def score(self, images, labels, z, *, train: bool = False,
+              sampling_prior: bool = False) -> Terms:
+        mean, logvar = self.encode(images, labels, train=train)
+        return self._scored(images, labels, z, mean, logvar, train, sampling_prior)
+
+    def _scored(self, images, labels, z, mean, logvar, train, sampling_prior) -> Terms:
+        k, b = z.shape[:2]
+        logits = self.decode(z.reshape(k * b, -1), jnp.tile(labels, k), train=train)
+        log_px = -densities.reconstruction(logits, jnp.tile(images, (k, 1)),
+                                           self.config.likelihood).reshape(k, b)
+        log_qz = densities.gaussian_log_density(z, mean, logvar)
+        log_pz = self.log_prior(z, labels, sampling=sampling_prior)
+        if sampling_prior or self.config.prior in LEARNED_PRIORS:
+            return sampled_terms(log_px, log_pz, log_qz)
+        kl = jnp.broadcast_to(densities.kl_per_dimension(mean, logvar), z.shape)
+        return Terms(log_px, log_pz, log_qz, kl, jnp.zeros_like(log_px))
+
+    def reconstruct(self, images: jax.Array, labels: jax.Array):
+        """(mean, logvar f32[B, L], -ELBO f32[B] at z = the posterior mean): deterministic,
+        and lowest for the label that explains the image best."""
+        mean, logvar = self.encode(images, labels)
+        logits = self.decode(mean, labels)
+        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood) + \
+            densities.kl_per_dimension(mean, logvar).sum(axis=-1)
+        return mean, logvar, neg_elbo
+
+
+def noise_dim(config: Config) -> int:
+    return config.latent_dim
+
+
+def code_dim(config: Config) -> int:
+    return config.latent_dim
+
+
+Model = OneLatent
