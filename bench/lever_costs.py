@@ -1,4 +1,4 @@
-"""What each model lever of issue 26 costs per training step, before it is wired into training.
+"""What each model option (objective, prior, ladder) costs per training step, against the ELBO.
 
     python -m bench.lever_costs [--steps 50] [--rounds 4] [--batch-size 128] [--quick]
 

@@ -2,7 +2,7 @@
 
 A sample can be no closer to real digits than the model's own reconstruction of a real digit:
 both come out of the same decoder, and the reconstruction is told where the digit's code is.
-So `cvae eval` scores reconstructions beside the samples (issue 26): the test digits of the
+So `cvae eval` scores reconstructions beside the samples: the test digits of the
 even-indexed half, each encoded with its own label (the posterior mean, as `POST /transfer`
 encodes an upload) and decoded with that label, read by the fidelity classifier
 (`cvae.evaluation.fidelity`) and compared with the odd-indexed half. That is the reference the

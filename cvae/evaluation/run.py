@@ -25,13 +25,12 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
   samples for every label; 0 = skip).
 
 Cost on 2 CPU cores (10000 test examples): the bounds decode K + 9 * K_marginal latents per
-example; K=5000, K_marginal=10 took 389 s for the likelihood preset's 512-512 model on a quiet
-machine. The other labels carry little of p(x) (-log p(x) came out 2.18 nats above
--log p(x|y) for the default model and 2.22 for that one, against log 10 = 2.30 if they carried
-nothing), so a small K_marginal suffices;
+example; K=5000, K_marginal=10 took 389 s for the likelihood preset's 512-512 model on a 2-core
+AMD EPYC (AVX-512) with nothing else running. The other labels carry little of p(x) (-log p(x)
+came out 2.18 nats above -log p(x|y) for the default model and 2.22 for that one, against
+log 10 = 2.30 if they carried nothing), so a small K_marginal suffices;
 raise it with --iwae-k-marginal when time allows. For ranking, --iwae-limit N scores the
-bounds on the first N test digits only (bench/model_levers.py: K=500 on 2,000 digits, about 50
-times cheaper).
+bounds on the first N test digits only (K=500 on 2,000 digits is about 50 times cheaper).
 """
 
 from __future__ import annotations
@@ -61,7 +60,9 @@ from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
 
-# Issue 14's goal for the default against the seed preset, scored in the same `cvae eval` run.
+# The default's samples must score at most this FD ratio against the baseline preset's (`--preset
+# seed`), both scored in the same `cvae eval` run: a model that learnt the data, not one that
+# blurs it.
 FD_RATIO_TARGET = 0.15
 
 
@@ -138,13 +139,12 @@ def sample_counts(reference_labels, options: EvalOptions) -> np.ndarray:
     return fidelity.label_counts_like(reference_labels, NUM_CLASSES * options.samples_per_digit)
 
 
-def eval_samples(sampler, reference_labels, options: EvalOptions, *,
-                 temperature: float = DEFAULT_TEMPERATURE):
-    """`cvae eval`'s samples (`options.seed`, at `temperature`), `sample_counts` of each label.
+def eval_samples(sampler, reference_labels, options: EvalOptions):
+    """`cvae eval`'s samples (`options.seed`, temperature 1), `sample_counts` of each label.
     Returns (images f32[N, 28, 28], labels i64[N], counts [10])."""
     counts = sample_counts(reference_labels, options)
     images = np.concatenate([sampler.sample_images(digit, int(n), options.seed,
-                                                   temperature=temperature)
+                                                   temperature=DEFAULT_TEMPERATURE)
                              for digit, n in enumerate(counts) if n])
     return images, np.repeat(np.arange(NUM_CLASSES), counts), counts
 
