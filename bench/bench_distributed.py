@@ -48,7 +48,7 @@ def worker(args) -> None:
     import numpy as np
 
     from cvae import presets
-    from cvae.model.networks import create_model
+    from cvae.model.registry import create_model
     from cvae.training.optimizer import create_optimizer
     from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
     from cvae.training.step import create_train_chunk, create_train_step, epoch_permutation

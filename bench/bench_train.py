@@ -36,7 +36,7 @@ from cvae import presets
 from cvae.training.callbacks import Callback
 from cvae.data.load import Dataset
 from cvae.model.losses import vae_loss
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.data.synthetic import synthetic_dataset
 from cvae.model.binarization import maybe_binarize

@@ -21,7 +21,7 @@ import optax
 
 from cvae import presets
 from cvae.model import convolution
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 
 BATCH = 128
 

@@ -10,7 +10,7 @@ from cvae.training.checkpoints import (create_manager, load_checkpoint, restore_
                                        save_checkpoint)
 from cvae.errors import CheckpointError, ResumeError
 from cvae.training.loop import train_and_evaluate
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.sampling.sampler import load_sampler
 from cvae.data.synthetic import synthetic_dataset

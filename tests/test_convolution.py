@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cvae.model import convolution
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 from cvae.presets import test as test_config
 from cvae.sampling.sampler import create_classify_fn
 

@@ -37,7 +37,7 @@ restored = load_checkpoint(sys.argv[2] + "/four")
 out["restored_step"] = restored.step
 out["restored_devices"] = len(jax.tree.leaves(restored.state.params)[0].devices())
 # What one data-parallel step all-reduces, read from the compiled 4-device program.
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
 from cvae.training.step import create_train_chunk, create_train_step, epoch_permutation, run_key

@@ -136,7 +136,7 @@ def test_balanced_samples_are_the_sampler_grid_of_n_a_digit_and_the_default_draw
     reference's proportions give it."""
     from cvae.evaluation import fidelity
     from cvae.evaluation.run import EvalOptions, sample_scores
-    from cvae.model.networks import create_model
+    from cvae.model.registry import create_model
     from cvae.model.store import load_trained_model
     from cvae.sampling.sampler import create_sampler
 

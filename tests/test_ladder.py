@@ -19,7 +19,8 @@ from trees import tree_equal
 from cvae.cli import main
 from cvae.data.synthetic import synthetic_images
 from cvae.model import prior as prior_lib
-from cvae.model.networks import create_model, pixel_means
+from cvae.model.densities import pixel_means
+from cvae.model.registry import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling.request_batches import request_rows
 from cvae.sampling.sampler import DIGITS, Codes, LatentRequest, batch_latents, load_sampler

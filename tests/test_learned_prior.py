@@ -16,7 +16,7 @@ from scipy.stats import multivariate_normal
 from cvae import presets
 from cvae.model import learned_prior as lp
 from cvae.model import prior as prior_lib
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 
 LOG_WEIGHTS = np.log(np.array([[0.2, 0.8], [0.5, 0.5]]))  # 2 classes x 2 components, L = 2
 MEANS = np.array([[[-2.0, 0.0], [1.0, 1.0]], [[0.0, 3.0], [0.5, -1.0]]])

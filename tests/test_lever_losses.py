@@ -16,7 +16,7 @@ from cvae.model import hierarchical as hv
 from cvae.model import lever_losses as ll
 from cvae.model import prior as prior_lib
 from cvae.model.losses import vae_loss
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 
 B = 6
 

@@ -13,7 +13,7 @@ from cvae import presets
 from cvae.model import hierarchical as hv
 from cvae.model import objectives as obj
 from cvae.model.log_weights import create_bayes_classify_fn, log_weights_fn, noise_width
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 
 
 def models():

@@ -19,7 +19,7 @@ import pytest
 from cvae import presets
 from cvae.evaluation import iwae as iwae_eval
 from cvae.model import objectives as obj
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 
 D = 3
 X = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]])  # B = 2 examples

@@ -5,7 +5,7 @@ import optax
 import pytest
 
 from cvae import presets
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.training.optimizer import (create_kl_weight_schedule, create_learning_rate_schedule,
                                      create_optimizer)
 from cvae.data.synthetic import synthetic_dataset

@@ -7,7 +7,8 @@ from PIL import Image
 
 from cvae import presets
 from cvae.sampling.grid import grid_shape
-from cvae.model.networks import create_model, init_variables, pixel_means
+from cvae.model.densities import pixel_means
+from cvae.model.registry import create_model, init_variables
 from cvae.sampling.blocks import DECODE_BLOCKS
 from cvae.sampling.grid import grid_columns
 from cvae.sampling.sampler import create_sampler, draw_latents, request_latents

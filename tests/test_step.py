@@ -9,7 +9,7 @@ from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
 from cvae.errors import ResumeError
 from cvae.training.loop import train_and_evaluate
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import (create_train_chunk, create_train_step, epoch_permutation, run_key,

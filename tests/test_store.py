@@ -19,7 +19,7 @@ from trees import tree_equal
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import CheckpointError
-from cvae.model.networks import create_model
+from cvae.model.registry import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling import blocks
 from cvae.sampling.sampler import load_sampler

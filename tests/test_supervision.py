@@ -13,7 +13,7 @@ from cvae import presets
 from cvae.data.splits import split_training_set
 from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import ResumeError
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 from cvae.training.devices import create_mesh
 from cvae.training.step import create_train_state, device_arrays
 from cvae.training.supervision import FewLabels, FullLabels, create_supervision

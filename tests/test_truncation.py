@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from cvae import presets
 from cvae.cli import main as cvae_main
 from cvae.model import prior
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 from cvae.export.load import open_sampler
 from cvae.sampling.sampler import create_sampler
 from service.app import create_app

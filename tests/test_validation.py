@@ -8,7 +8,7 @@ import pytest
 
 from cvae import presets
 from cvae.data.synthetic import synthetic_dataset
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 from cvae.training.step import run_key
 from cvae.training.validation import create_eval_step, evaluate
 

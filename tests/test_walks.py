@@ -9,7 +9,7 @@ import pytest
 
 from cvae import presets
 from cvae.sampling.walks import DigitWalk, LatentWalk, slerp, walk_latents
-from cvae.model.networks import create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 from cvae.sampling.sampler import DIGITS, create_sampler, request_latents
 
 LATENT = 6
