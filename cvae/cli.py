@@ -22,8 +22,8 @@ from cvae import config as config_lib
 from cvae import presets
 from cvae import cli_help, limits
 from cvae.cli_types import add_truncation_flag, bounded
-from cvae.data.specs import SPECS
-from cvae.errors import USER_ERRORS, ConfigError
+from cvae.data.specs import largest_label
+from cvae.errors import USER_ERRORS
 from cvae.export.command import add_export_flags, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
@@ -91,11 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# `--digit`'s bound before a model is opened: the largest label of any dataset; `cvae sample`
-# then checks it against the opened model's own class count.
-LARGEST_LABEL = max(spec.num_classes for spec in SPECS.values()) - 1
-
-
 def add_data_command(commands) -> None:
     data = add_command(commands, "data")
     data.add_argument("--data-dir", default="data", help="where the IDX files go (default data)")
@@ -140,9 +135,8 @@ def add_sample_command(commands) -> None:
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from, or a folder of `cvae export` "
                              "(default checkpoints)")
-    sample.add_argument("--digit", type=bounded(int, 0, LARGEST_LABEL),
-                        help="the digit (class) to draw, below the model's dataset's class "
-                             "count; omit for one row per digit")
+    sample.add_argument("--digit", type=bounded(int, 0, largest_label()),
+                        help="the digit (class) to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
                         help=f"samples per digit (default {limits.DEFAULT_N})")
     sample.add_argument("--cols", type=bounded(int, 1, limits.MAX_N),
@@ -309,7 +303,6 @@ def exit_without_waiting(processes, error: Exception, checkpoint_dir: Path) -> t
     meanwhile keep the others waiting in a collective; leaving makes their next collective fail
     too, so every process stops within the heartbeat timeout.
     """
-    from cvae.errors import USER_ERRORS
     from cvae.training.launch import EXIT_PEER_FAILED
 
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -343,13 +336,9 @@ def cmd_sample(args) -> int:
 
     check_exported(args.checkpoint_dir)
     sampler = open_sampler(args.checkpoint_dir, truncation=args.truncation)
-    spec = sampler.config.spec
-    if args.digit is not None and args.digit >= spec.num_classes:
-        raise ConfigError(f"--digit {args.digit}: {spec.title} has classes 0.."
-                          f"{spec.num_classes - 1}")
     images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
-                     scale=args.scale, image_shape=spec.stored_shape)
+                     scale=args.scale, image_shape=sampler.config.spec.stored_shape)
     path = save_png(grid, args.out)
     print(f"wrote {path} ({grid.shape[1]}x{grid.shape[0]}, step {sampler.step}, seed {args.seed})")
     return 0

@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
                          DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
                          MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
-from cvae.data.specs import SPECS
+from cvae.data.specs import largest_label
 
-LARGEST_LABEL = max(spec.num_classes for spec in SPECS.values()) - 1  # over every dataset
+LARGEST_LABEL = largest_label()  # over every dataset; `check_labels` narrows it per model
 
 # What each query parameter accepts, as the 422 message words it.
 PARAMETER_RULES = {

@@ -96,3 +96,9 @@ def spec_of(name: str) -> DatasetSpec:
         return SPECS[name]
     except KeyError:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(SPECS)}") from None
+
+
+def largest_label() -> int:
+    """The largest label of any registered dataset: what a flag or a query parameter accepts
+    before it knows which model it reads (each then checks the model's own class count)."""
+    return max(spec.num_classes for spec in SPECS.values()) - 1

@@ -22,7 +22,7 @@ import numpy as np
 from cvae.model import prior as prior_lib
 from cvae.sampling.blocks import (DECODE_BLOCKS, block_check, classify_probes, plan_blocks,
                                   sampler_probes)
-from cvae.config import Config
+from cvae.config import Config, ConfigError
 from cvae.data.pixels import to_unit
 from cvae.data.specs import MNIST
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
@@ -34,8 +34,7 @@ from cvae.model.networks import CVAE, create_model, pixel_means
 from cvae.model.widths import code_dim, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
 
-# MNIST's labels, for callers with no sampler (bench, tests); a model's: `Sampler.classes`.
-DIGITS = tuple(range(MNIST.num_classes))
+DIGITS = tuple(range(MNIST.num_classes))  # MNIST's labels (bench, tests); `Sampler.classes`
 
 
 def create_decode_fn(model: CVAE, config: Config, *, codes: bool = False) -> Callable:
@@ -356,6 +355,8 @@ class Sampler:
 
     def sample_images(self, digit: int | None, n: int, seed: int,
                       *, temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
+        if digit not in (None, *self.classes):  # `cvae sample --digit` bounds it by all datasets
+            raise ConfigError(f"digit {digit}: this model's classes are 0..{self.classes[-1]}")
         digits = self.classes if digit is None else (digit,)
         z, labels = request_latents(seed, digits, n, latent_dim=self.noise_dim,
                                     temperature=temperature)
