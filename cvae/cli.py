@@ -22,6 +22,7 @@ from cvae import config as config_lib
 from cvae import presets
 from cvae import cli_help, limits
 from cvae.cli_types import add_truncation_flag, bounded
+from cvae.data.specs import largest_label
 from cvae.errors import USER_ERRORS
 from cvae.export.command import add_export_flags, check_exported, cmd_export
 
@@ -134,8 +135,8 @@ def add_sample_command(commands) -> None:
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from, or a folder of `cvae export` "
                              "(default checkpoints)")
-    sample.add_argument("--digit", type=bounded(int, 0, config_lib.NUM_CLASSES - 1),
-                        help="the digit to draw; omit for one row per digit")
+    sample.add_argument("--digit", type=bounded(int, 0, largest_label()),
+                        help="the digit (class) to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
                         help=f"samples per digit (default {limits.DEFAULT_N})")
     sample.add_argument("--cols", type=bounded(int, 1, limits.MAX_N),
@@ -299,7 +300,6 @@ def exit_without_waiting(processes, error: Exception, checkpoint_dir: Path) -> t
     meanwhile keep the others waiting in a collective; leaving makes their next collective fail
     too, so every process stops within the heartbeat timeout.
     """
-    from cvae.errors import USER_ERRORS
     from cvae.training.launch import EXIT_PEER_FAILED
 
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -335,7 +335,7 @@ def cmd_sample(args) -> int:
     sampler = open_sampler(args.checkpoint_dir, truncation=args.truncation)
     images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
-                     scale=args.scale)
+                     scale=args.scale, image_shape=sampler.config.spec.stored_shape)
     path = save_png(grid, args.out)
     print(f"wrote {path} ({grid.shape[1]}x{grid.shape[0]}, step {sampler.step}, seed {args.seed})")
     return 0

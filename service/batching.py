@@ -4,7 +4,7 @@ Synopsis:
 
     batcher = Batcher(max_rows=4096, max_pending_rows=40960)
     request = LatentRequest(seed=1, digits=(7,), n=16, temperature=1.0)
-    images = await batcher.decode(sampler, request)   # f32[16, 28, 28]; never blocks the loop
+    images = await batcher.decode(sampler, request)   # f32[16, h, w]; never blocks the loop
     images, label = await batcher.decode(sampler, transfer_request)   # a style transfer
     await batcher.stop()
 
@@ -103,7 +103,7 @@ class Batcher:
         return len(self._pending)
 
     async def decode(self, decoder: Decoder, request: Request):
-        """The request's images f32[rows, 28, 28], decoded together with whoever else is waiting;
+        """The request's images f32[rows, h, w], decoded together with whoever else is waiting;
         for a request whose latents come with more (a transfer's label), (images, label).
 
         Raises QueueFull at the bound (an idle batcher takes any one request), Stopped while

@@ -31,7 +31,7 @@ from cvae.export.load import exported_step, open_sampler
 from cvae.export.manifest import MANIFEST, is_export
 from cvae.sampling.blocks import ROW_BY_ROW
 from cvae.sampling.grid import make_grid, png_bytes
-from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents
+from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,8 @@ def warm_up(sampler: Sampler) -> None:
     for pairs in WARM_PAIR_COUNTS:
         batch_latents([LatentRequest(0, (7,), 16, 1.0)] * pairs, sampler.noise_dim)
     png_bytes(make_grid(sampler.decode(*batch_latents(
-        [LatentRequest(0, DIGITS, 16, 1.0)], sampler.noise_dim)[0]), 16))
+        [LatentRequest(0, sampler.classes, 16, 1.0)], sampler.noise_dim)[0]), 16,
+        image_shape=sampler.config.spec.stored_shape))
 
 
 def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:

@@ -6,6 +6,10 @@ them. `/interpolate` and `/transfer` read theirs through FastAPI (`Annotated[Mod
 which also writes their OpenAPI entries. `/sample`, the hot path, validates its query string in
 one pydantic call (`query_model`) and describes it with `query_parameters`.
 
+A label's range is the served model's dataset's (its spec's class count), which is known only
+once a checkpoint is loaded: the models bound labels by the largest class count of the
+registry, and each route then checks them against the served model with `check_labels`.
+
 A bad query string is answered 422 with `message` (one sentence per bad parameter: its name,
 what it accepts, the value given) and `detail` (FastAPI's list of problems). A parameter the
 route does not take is a bad one too (`extra="forbid"`), so a typo such as `digits=7` on
@@ -26,19 +30,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
                          DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
                          MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
-from cvae.sampling.sampler import DIGITS
+from cvae.data.specs import largest_label
+
+LARGEST_LABEL = largest_label()  # over every dataset; `check_labels` narrows it per model
 
 # What each query parameter accepts, as the 422 message words it.
 PARAMETER_RULES = {
-    "digit": "an integer in 0..9, or omitted for one row per digit",
+    "digit": f"an integer in 0..{LARGEST_LABEL}, or omitted for one row per digit",
     "n": f"an integer in 1..{MAX_N}",
     "cols": f"an integer in 1..{MAX_N}",
     "seed": f"an integer in 0..{MAX_SEED}",
     "temperature": f"a number with 0 < temperature <= {MAX_TEMPERATURE:g}",
     "scale": f"an integer in 1..{MAX_SCALE}",
     "pad": f"an integer in 0..{MAX_PAD}",
-    "label": "an integer in 0..9 (the digit the image shows), or omitted to let the model read it",
-    "digits": "integers in 0..9, given 1 to 10 times (digits=3&digits=5), or omitted for 0-9",
+    "label": f"an integer in 0..{LARGEST_LABEL} (the digit the image shows), or omitted to let "
+             "the model read it",
+    "digits": f"integers in 0..{LARGEST_LABEL}, given 1 to {LARGEST_LABEL + 1} times "
+              f"(digits=3&digits=5), or omitted for 0-{LARGEST_LABEL}",
     "samples": f"an integer in 0..{MAX_POSTERIOR_SAMPLES} (0: the posterior mean)",
     "prepare": "mnist (fit the digit as MNIST was made) or none (a 28x28 image as it is)",
     "show_input": "true or false",
@@ -63,7 +71,8 @@ class SampleParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    digit: int | None = Field(None, ge=0, le=9, description="0-9; omit: one row per digit")
+    digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
+                              description="0-9; omit: one row per digit")
     n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
     cols: int | None = Field(None, ge=1, le=MAX_N,
                              description="default ceil(sqrt(n)); n without digit")
@@ -83,7 +92,8 @@ class InterpolateParams(BaseModel):
     walk: Literal["latent", "digits"] = Field(
         "latent", description="latent: from seed's sample to to_seed's, per digit; digits: "
                               "keep each z and decode it as every digit 0-9")
-    digit: int | None = Field(None, ge=0, le=9, description="latent: 0-9, omit for a row per "
+    digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
+                              description="latent: 0-9, omit for a row per "
                               "digit; digits: whose samples are kept (default 0)")
     seed: Seed = None
     to_seed: int | None = Field(None, ge=0, le=MAX_SEED,
@@ -104,11 +114,12 @@ class TransferParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    label: int | None = Field(None, ge=0, le=9, description="the digit the image shows; omit: "
+    label: int | None = Field(None, ge=0, le=LARGEST_LABEL,
+                              description="the digit the image shows; omit: "
                               "the label with the best ELBO (see X-Label)")
-    digits: list[Annotated[int, Field(ge=0, le=9)]] | None = Field(
-        None, min_length=1, max_length=10, validate_default=True, description="labels to "
-        "decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
+    digits: list[Annotated[int, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
+        None, min_length=1, max_length=LARGEST_LABEL + 1, validate_default=True,
+        description="labels to decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
     samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
                          "mean (one row); k: k posterior draws, one row each")
     seed: Seed = None
@@ -122,9 +133,10 @@ class TransferParams(BaseModel):
 
     @field_validator("digits")
     @classmethod
-    def _digits_as_tuple(cls, digits: list[int] | None) -> tuple[int, ...]:
+    def _digits_as_tuple(cls, digits: list[int] | None) -> tuple[int, ...] | None:
         # A tuple: it goes into the ETag's key as it always has, and into the decode request.
-        return DIGITS if digits is None else tuple(digits)
+        # None: every class of the served model (`Sampler.classes`), which the route fills in.
+        return None if digits is None else tuple(digits)
 
 
 # ---- /sample's own fast path -----------------------------------------------------------------
@@ -173,7 +185,8 @@ def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[st
             unknown = True
             parts.append(f"{name}: unknown parameter (got {item.get('input')!r})")
         elif name in PARAMETER_RULES:
-            parts.append(f"{name}: must be {PARAMETER_RULES[name]} (got {item.get('input')!r})")
+            rule = (item.get("ctx") or {}).get("rule") or PARAMETER_RULES[name]
+            parts.append(f"{name}: must be {rule} (got {item.get('input')!r})")
         else:
             parts.append(f"{'.'.join(map(str, loc))}: {item.get('msg')}")
     message = "; ".join(parts)
@@ -181,6 +194,21 @@ def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[st
         takes = ", ".join(parameters) if parameters else "no query parameters"
         message += f" ({route or 'this route'} takes {takes})"
     return message
+
+
+def check_labels(classes: int, **labels: int | tuple[int, ...] | None) -> None:
+    """Raises the 422 of a bad query string for each label (digit=, label=, digits=) outside
+    0..classes - 1, the served model's; None (omitted) passes."""
+    errors = []
+    for name, value in labels.items():
+        values = value if isinstance(value, tuple) else (value,)
+        if any(v is not None and v >= classes for v in values):
+            rule = f"an integer in 0..{classes - 1} (this model's classes)"
+            errors.append({"type": "less_than_equal", "loc": ("query", name),
+                           "msg": f"Input should be less than or equal to {classes - 1}",
+                           "input": value, "ctx": {"le": classes - 1, "rule": rule}})
+    if errors:
+        raise RequestValidationError(errors)
 
 
 def route_parameters(request: Request) -> list[str]:

@@ -108,13 +108,15 @@ def config_summary(loaded: Loaded) -> dict:
 INLINE_ENCODE_PIXELS = 1 << 18
 
 
-async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int) -> bytes:
-    """images f32[R, 28, 28] -> PNG grid bytes."""
-    height, width = grid_shape(len(images), cols, scale=scale, pad=pad)
+async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int, *,
+                     image_shape: tuple[int, int]) -> bytes:
+    """images f32[R, h, w] -> PNG grid bytes; `image_shape`: (h, w), the served model's
+    dataset's (`DatasetSpec.stored_shape`)."""
+    height, width = grid_shape(len(images), cols, scale=scale, pad=pad, image_shape=image_shape)
     if height * width <= INLINE_ENCODE_PIXELS:
-        return png_bytes(make_grid(images, cols, pad=pad, scale=scale))
-    return await asyncio.to_thread(
-        lambda: png_bytes(make_grid(images, cols, pad=pad, scale=scale)))
+        return png_bytes(make_grid(images, cols, pad=pad, scale=scale, image_shape=image_shape))
+    return await asyncio.to_thread(lambda: png_bytes(
+        make_grid(images, cols, pad=pad, scale=scale, image_shape=image_shape)))
 
 
 def entity_tag(loaded: Loaded, route: str, values: tuple) -> str:
@@ -145,10 +147,12 @@ def busy(message: str) -> JSONResponse:
     return error(503, message, headers={"Retry-After": str(RETRY_AFTER_BUSY_S)})
 
 
-def too_large(params, tiles: int, cols: int, count: str = "n") -> JSONResponse | None:
-    """The 422 for a grid of `tiles` over MAX_PIXELS (None when it fits); `count` names the
-    parameter that sets the number of tiles."""
-    height, width = grid_shape(tiles, cols, scale=params.scale, pad=params.pad)
+def too_large(params, tiles: int, cols: int, count: str = "n", *,
+              image_shape: tuple[int, int]) -> JSONResponse | None:
+    """The 422 for a grid of `tiles` of `image_shape` (h, w) over MAX_PIXELS (None when it
+    fits); `count` names the parameter that sets the number of tiles."""
+    height, width = grid_shape(tiles, cols, scale=params.scale, pad=params.pad,
+                               image_shape=image_shape)
     if height * width <= MAX_PIXELS:
         return None
     message = (f"{count}, cols, scale, pad: the grid would be {width}x{height} px "

@@ -9,10 +9,10 @@ decoding (`cvae.data.digit_image`). Each bad upload gets the 422 body shape of t
 
 Synopsis (in a route):
 
-    upload = await read_digit(request, params.prepare)
+    upload = await read_digit(request, params.prepare, shape=sampler.config.spec.stored_shape)
     if isinstance(upload, Response):
         return upload                      # the 413 / 415 / 422 to answer instead
-    image, digest = upload                 # uint8[28, 28], sha256 of the body (for an ETag)
+    image, digest = upload                 # uint8[h, w], sha256 of the body (for an ETag)
 """
 
 from __future__ import annotations
@@ -59,16 +59,17 @@ class BodyTooLarge(Exception):
     """The request body is over MAX_UPLOAD_BYTES."""
 
 
-async def read_digit(request: Request, prepare: digit_image.Prepare
+async def read_digit(request: Request, prepare: digit_image.Prepare, *, shape: tuple[int, int]
                      ) -> tuple[np.ndarray, str] | JSONResponse:
-    """(the prepared uint8[28, 28] digit, sha256 of the body), or the error to answer instead.
-    Decoding and preparing run on a thread, off the event loop."""
+    """(the prepared uint8[*shape] digit, sha256 of the body), or the error to answer instead.
+    `shape`: the served model's images, (h, w) of its dataset's spec. Decoding and preparing
+    run on a thread, off the event loop."""
     try:
         body = await read_body(request)
     except BodyTooLarge:
         return body_too_large()
     try:
-        return await asyncio.to_thread(prepare_upload, body, prepare)
+        return await asyncio.to_thread(prepare_upload, body, prepare, shape)
     except digit_image.ImageInputError as problem:
         return image_error(problem)
 
@@ -88,10 +89,12 @@ async def read_body(request: Request, limit: int = MAX_UPLOAD_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def prepare_upload(body: bytes, prepare: digit_image.Prepare) -> tuple[np.ndarray, str]:
-    """(the prepared uint8[28, 28] image, sha256 of the body for the ETag); blocking: run it
+def prepare_upload(body: bytes, prepare: digit_image.Prepare, shape: tuple[int, int]
+                   ) -> tuple[np.ndarray, str]:
+    """(the prepared uint8[*shape] image, sha256 of the body for the ETag); blocking: run it
     in a thread. Raises `cvae.data.digit_image.ImageInputError`."""
-    return digit_image.prepare_digit(body, prepare), hashlib.sha256(body).hexdigest()
+    image = digit_image.prepare_digit(body, prepare, shape=shape)
+    return image, hashlib.sha256(body).hexdigest()
 
 
 def body_error(status: int, kind: str, message: str) -> JSONResponse:

@@ -24,7 +24,7 @@ def test_load_dataset_from_flat_directory_of_user_idx_files(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name, folder", [("mnist", "MNIST"), ("fashion_mnist", "FashionMNIST"), ("kmnist", "KMNIST")]
+    "name, folder", [("mnist", "MNIST"), ("fashion_mnist", "FashionMNIST")]
 )
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_load_dataset_from_torchvision_raw_layout(tmp_path, name, folder, suffix):
@@ -88,7 +88,7 @@ def test_load_dataset_corrupt_file_is_reported(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs, allowed",
-    [({"name": "cifar"}, "mnist, fashion_mnist, kmnist"), ({"source": "hdf5"}, "idx, torchvision")],
+    [({"name": "cifar"}, "mnist, fashion_mnist"), ({"source": "hdf5"}, "idx, torchvision")],
 )
 def test_load_dataset_unknown_name_or_source_lists_allowed(tmp_path, kwargs, allowed):
     with pytest.raises(ValueError, match=allowed):
@@ -102,7 +102,7 @@ def test_torchvision_source_without_torch_extra(tmp_path, monkeypatch):
 
 
 def _fake_torchvision(arrays):
-    """A stand-in torchvision.datasets whose KMNIST serves `arrays` like torchvision does."""
+    """A stand-in torchvision.datasets whose FashionMNIST serves `arrays` like torchvision does."""
 
     class Tensor:
         def __init__(self, array):
@@ -111,13 +111,13 @@ def _fake_torchvision(arrays):
         def numpy(self):
             return self.array
 
-    class KMNIST:
+    class FashionMNIST:
         def __init__(self, root, train, download):
             assert download is False
             images, labels = arrays[:2] if train else arrays[2:]
             self.data, self.targets = Tensor(images), Tensor(labels.astype(np.int64))
 
-    datasets = types.SimpleNamespace(KMNIST=KMNIST)
+    datasets = types.SimpleNamespace(FashionMNIST=FashionMNIST)
     return types.SimpleNamespace(datasets=datasets)
 
 
@@ -127,14 +127,14 @@ def test_torchvision_source_reads_data_and_targets(tmp_path, monkeypatch):
     fake = _fake_torchvision(arrays)
     monkeypatch.setitem(sys.modules, "torchvision", fake)
     monkeypatch.setitem(sys.modules, "torchvision.datasets", fake.datasets)
-    dataset = data.load_dataset(tmp_path, name="kmnist", source="torchvision")
-    assert_dataset_matches(dataset, arrays, name="kmnist")
+    dataset = data.load_dataset(tmp_path, name="fashion_mnist", source="torchvision")
+    assert_dataset_matches(dataset, arrays, name="fashion_mnist")
 
 
 # --- the real torchvision (the `torch` extra; .ci/run installs it and runs these) -------------
 
 
-@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "kmnist"])
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
 def test_real_torchvision_reads_the_same_bytes_as_the_idx_reader(tmp_path, name):
     # `make torch-cpu` (the bench's PyTorch baseline) installs torch alone: the extra is there
     # when torchvision is. `make test-torch` checks that it imports before running these.

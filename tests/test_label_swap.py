@@ -70,6 +70,7 @@ class BarSampler:
     the label), or keeps the label but draws a random shear ("random hand")."""
 
     latent_dim = noise_dim = 3
+    classes = tuple(range(10))  # as `Sampler.classes`: MNIST's
 
     def __init__(self, stand: str):
         self.stand, self.rng = stand, np.random.default_rng(1)

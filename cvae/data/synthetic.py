@@ -12,13 +12,13 @@ import numpy as np
 
 from cvae.data.load import Dataset, raw_dir_of
 from cvae.data.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS, write_idx
-from cvae.data.pixels import IMAGE_SHAPE
+from cvae.data.specs import MNIST
 
 
 def synthetic_images(labels: np.ndarray, seed: int = 0) -> np.ndarray:
     """uint8[N, 28, 28]: a bright band at rows 2d+4 .. 2d+8 for label d, on faint noise."""
     rng = np.random.default_rng(seed)
-    images = rng.integers(0, 40, size=(len(labels), *IMAGE_SHAPE), dtype=np.uint8)
+    images = rng.integers(0, 40, size=(len(labels), *MNIST.stored_shape), dtype=np.uint8)
     for i, digit in enumerate(labels):
         images[i, 2 * digit + 4:2 * digit + 8, 4:24] = rng.integers(200, 256, size=(4, 20))
     return images

@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.evaluation import iwae
-from cvae.config import NUM_CLASSES
-from cvae.data.pixels import IMAGE_PIXELS
+from cvae.data.specs import DatasetSpec
 from cvae.model.registry import create_model
 from cvae.sampling.sampler import create_sampler
 
@@ -28,24 +27,26 @@ def classifier_error(sampler, images_u8: np.ndarray, labels: np.ndarray) -> dict
             "true_label_probability": float(np.mean(probabilities[np.arange(len(labels)),
                                                                   labels])),
             "error_per_digit": [float(np.mean(predicted[labels == d] != d))
-                                for d in range(NUM_CLASSES)]}
+                                for d in sampler.classes]}
 
 
-def generative_error(model, variables, *, images_u8: np.ndarray, labels: np.ndarray,
-                     key: jax.Array, num_samples: int, batch_size: int = 100,
+def generative_error(model, variables, *, spec: DatasetSpec, images_u8: np.ndarray,
+                     labels: np.ndarray, key: jax.Array, num_samples: int, batch_size: int = 100,
                      likelihood: str = "bernoulli") -> dict:
-    """argmax_y log p(x|y) (IWAE, K = num_samples for every label) against the true labels."""
+    """argmax_y log p(x|y) (IWAE, K = num_samples for every label of `spec`, the model's
+    dataset's) against the true labels."""
     bound = iwae.create_iwae_fn(model, likelihood, num_samples, chunk=min(num_samples, 100))
     binarize_key, sample_key = jax.random.split(key)
     predicted = []
     for i, start in enumerate(range(0, len(images_u8), batch_size)):
-        rows = images_u8[start:start + batch_size].reshape(-1, IMAGE_PIXELS)
+        rows = images_u8[start:start + batch_size].reshape(-1, spec.pixels)
         pad = batch_size - len(rows)
         x = iwae.binarize_levels(jax.random.fold_in(binarize_key, i),
                                  np.pad(rows, ((0, pad), (0, 0))))
         batch_key = jax.random.fold_in(sample_key, i)
         scores = np.stack([np.asarray(bound(variables, x, jnp.full((batch_size,), y, jnp.int32),
-                                            batch_key)) for y in range(NUM_CLASSES)], axis=1)
+                                            batch_key)) for y in range(spec.num_classes)],
+                           axis=1)
         predicted.append(np.argmax(scores[:len(rows)], axis=1))
     predicted = np.concatenate(predicted)
     return {"error": float(np.mean(predicted != labels)), "k": num_samples}
@@ -63,8 +64,8 @@ def classification_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray
     result = {"labels": config.labelled_count, "q_y_given_x": classifier_error(
         sampler, images_u8, labels)}
     if config.likelihood == "bernoulli" and num_samples > 0:
-        result["generative"] = generative_error(model, variables, images_u8=images_u8,
-                                                labels=labels,
+        result["generative"] = generative_error(model, variables, spec=config.spec,
+                                                images_u8=images_u8, labels=labels,
                                                 key=jax.random.key(seed), num_samples=num_samples)
     return {"classification": result}
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from cvae.config import NUM_CLASSES
 from cvae.data.pixels import to_unit
 
 INK = 0.5  # a pixel is ink at or above this intensity (for stroke width)
@@ -64,7 +63,7 @@ def stroke_width(images: np.ndarray) -> np.ndarray:
 def standardised(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Each value as a z-score within its class."""
     out = np.zeros_like(values, dtype=np.float64)
-    for digit in range(NUM_CLASSES):
+    for digit in np.unique(labels):  # the classes present: no class count needed
         members = labels == digit
         if members.sum() > 1:
             chosen = values[members]
@@ -85,7 +84,7 @@ def measure(images: np.ndarray) -> dict[str, np.ndarray]:
 
 def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
            seed: int = 0) -> dict:
-    """Every figure of the module docstring for the test digits `images_u8` (uint8[N, 28, 28]).
+    """Every figure of the module docstring for the test digits `images_u8` (uint8[N, h, w]).
 
     The swaps are made as `POST /transfer` makes them (`sampler.swap`: carried to the target
     class's region when the prior differs per class); with such a prior, "direct" also scores
@@ -94,8 +93,9 @@ def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
     labels = np.asarray(labels, np.int32)
     count = len(labels)
     mean, _, _ = sampler.encode(images_u8, labels)
-    shifts = np.arange(1, NUM_CLASSES)
-    targets = ((labels[:, None] + shifts[None, :]) % NUM_CLASSES).reshape(-1).astype(np.int32)
+    classes = len(sampler.classes)  # the model's dataset's
+    shifts = np.arange(1, classes)
+    targets = ((labels[:, None] + shifts[None, :]) % classes).reshape(-1).astype(np.int32)
     sources = np.repeat(labels, len(shifts))
     codes = np.repeat(mean, len(shifts), axis=0)
     own = sampler.decode_codes(mean, labels)
@@ -115,9 +115,9 @@ def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
     def scored(swapped: np.ndarray) -> dict:
         logits, _ = classifier.logits_and_features(swapped)
         correct = logits.argmax(axis=1) == targets
-        pairs = np.full((NUM_CLASSES, NUM_CLASSES), np.nan)
-        for a in range(NUM_CLASSES):
-            for b in range(NUM_CLASSES):
+        pairs = np.full((classes, classes), np.nan)
+        for a in range(classes):
+            for b in range(classes):
                 members = (sources == a) & (targets == b)
                 if members.any():
                     pairs[a, b] = correct[members].mean()
@@ -129,7 +129,7 @@ def scores(sampler, classifier, *, images_u8: np.ndarray, labels: np.ndarray,
         return {
             "accuracy": float(correct.mean()),
             "accuracy_per_target": [float(correct[targets == b].mean())
-                                    for b in range(NUM_CLASSES)],
+                                    for b in range(classes)],
             "accuracy_pairs": [[None if np.isnan(v) else float(v) for v in row]
                                for row in pairs],
             "worst_pair": {"from": int(worst[0]), "to": int(worst[1]),

@@ -12,12 +12,9 @@ import json
 
 from cvae import config as config_lib
 from cvae import presets
+from cvae.export.config_file import config_json
 from cvae.model.registry import noise_dim
 
-# The Hub's dataset ids for the datasets a run may train on.
-HUB_DATASETS = {"mnist": ("ylecun/mnist", "MNIST"),
-                "fashion_mnist": ("zalando-datasets/fashion_mnist", "Fashion-MNIST"),
-                "kmnist": ("kmnist", "Kuzushiji-MNIST")}
 TAGS = ("jax", "flax", "vae", "conditional-vae", "image-generation", "safetensors", "onnx",
         "stablehlo")
 
@@ -54,8 +51,10 @@ def eval_metrics(results: dict) -> list[tuple[str, str, float]]:
 
 
 def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> str:
-    dataset_id, dataset_name = HUB_DATASETS.get(config.dataset, (config.dataset,
-                                                                 config.dataset))
+    """The YAML header; its dataset is the spec's Hub id and title (`cvae.data.specs`), or the
+    dataset's own name for one that is not on the Hub."""
+    spec = config.spec
+    dataset_id, dataset_name = spec.hub_id or spec.name, spec.title
     lines = ["---", "library_name: cvae", "tags:", *(f"- {tag}" for tag in TAGS),
              "datasets:", f"- {dataset_id}"]
     if metrics:
@@ -94,7 +93,8 @@ class CardFacts:
 
 FILE_ROLES = {
     "model.safetensors": "every weight the model samples, encodes and classifies with",
-    "config.json": "the run's config (`cvae.config.Config`): rebuilds the model",
+    "config.json": "the run's config (`cvae.config.Config`): rebuilds the model; with its "
+                   "dataset's image shape and class names",
     "README.md": "this card",
     "samples.png": "one row per digit, seed 0",
     "sample.stablehlo": "`sample(noise, label) -> images`, `jax.export` (CPU and CUDA)",
@@ -111,7 +111,7 @@ def model_card(facts: CardFacts) -> str:
     config = facts.config
     metrics = eval_metrics(facts.eval_results) if facts.eval_results else []
     sections = [front_matter(facts.name, config, metrics),
-                f"# {facts.name}: a class-conditioned VAE for {config.dataset} digits\n",
+                f"# {facts.name}: a class-conditioned VAE for {config.spec.title} images\n",
                 "![one row per digit, seed 0](samples.png)\n",
                 f"A conditional variational autoencoder (JAX + Flax) trained with "
                 f"cvae to step {facts.step}: give it a digit and "
@@ -144,25 +144,26 @@ def _metrics(facts: CardFacts, metrics) -> str:
 
 
 def _use_and_limits(facts: CardFacts) -> str:
+    shape = "x".join(map(str, facts.config.spec.stored_shape))
     classifier = ("It also reads digits: `classify` is q(y|x), trained with "
                   f"{facts.config.labels} labelled images. " if facts.has_classifier else "")
     return (
         "## Intended use and limitations\n\n"
-        "For learning, demos and tests: drawing 28x28 grayscale digits of a chosen class, "
+        f"For learning, demos and tests: drawing {shape} grayscale images of a chosen class, "
         "carrying one digit's handwriting to the others (`encode`, then `sample`'s decoder), "
         f"and small experiments with portable model formats. {classifier}"
         "Not for anything that matters: it knows only the ten digits of its training set, "
         "draws some wrong or blended digits (see Metrics), and its likelihoods describe "
-        "binarised 28x28 digits, not images in general. The training digits were written "
+        f"binarised {shape} images, not images in general. The training digits were written "
         "by US census employees and high-school students; other hands and scripts are "
         "outside what it has seen.\n")
 
 
 def _training(facts: CardFacts) -> str:
-    config_json = facts.config.to_json()
+    text = config_json(facts.config)
     return (f"## Training\n\n`{train_command(facts.config)}` (from the default preset; "
             f"`cvae train --help` explains each flag), then `cvae export`. The config:\n\n"
-            f"<details><summary>config.json</summary>\n\n```json\n{config_json}\n```\n\n"
+            f"<details><summary>config.json</summary>\n\n```json\n{text}\n```\n\n"
             f"</details>\n")
 
 
@@ -192,6 +193,7 @@ def _snippets(facts: CardFacts) -> str:
     ladder = (f" (all {layers} layers of the ladder, the top layer's first)" if layers > 1
               else "")
     sharpness = f"{facts.config.pixel_sharpness:g}"
+    shape = ", ".join(map(str, facts.config.spec.stored_shape))
     return f'''## Use it
 
 Each snippet runs as written in this folder.
@@ -221,7 +223,7 @@ import onnxruntime as ort
 session = ort.InferenceSession("sample.onnx", providers=["CPUExecutionProvider"])
 noise = np.random.default_rng(0).standard_normal((16, {latent}), dtype=np.float32)
 labels = np.full(16, 7, dtype=np.int32)
-(images,) = session.run(None, {{"noise": noise, "label": labels}})  # f32[16, 28, 28]
+(images,) = session.run(None, {{"noise": noise, "label": labels}})  # f32[16, {shape}]
 pixels = np.round(np.clip(images, 0, 1) * 255).astype(np.uint8)
 print(pixels.shape, pixels.dtype, pixels.max())
 ```
@@ -237,7 +239,7 @@ with open("sample.stablehlo", "rb") as file:
     sample = jax.export.deserialize(bytearray(file.read()))
 noise = np.random.default_rng(0).standard_normal((64, {latent}), dtype=np.float32)
 labels = np.full(64, 7, dtype=np.int32)
-images = np.asarray(sample.call(noise, labels))  # f32[64, 28, 28]
+images = np.asarray(sample.call(noise, labels))  # f32[64, {shape}]
 print(images.shape, float(images.min()), float(images.max()))
 ```
 

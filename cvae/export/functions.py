@@ -1,13 +1,15 @@
 """What an exported folder computes: the sampler's functions with the weights inside.
 
-    sample(noise f32[B, D], label i32[B]) -> images f32[B, 28, 28] in [0, 1]
+    sample(noise f32[B, D], label i32[B]) -> images f32[B, h, w] in [0, 1]
         the prior mapping and the decoder: what `/sample` decodes for noise ~ N(0, t^2 I);
         D is the sampler's `noise_dim` (a ladder's: every layer, top layer first)
-    encode(images f32[B, 784] in [0, 1], label i32[B])
+    encode(images f32[B, h*w] in [0, 1], label i32[B])
         -> mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]   (the posterior q(z|x,y) of
         a code: a ladder's top layer)
-    classify(images f32[B, 784] in [0, 1]) -> probabilities f32[B, 10]
+    classify(images f32[B, h*w] in [0, 1]) -> probabilities f32[B, classes]
         q(y|x), only for a model trained with `--labels N`
+
+h, w and classes are the model's dataset's (`Config.spec`; MNIST: 28, 28 and 10).
 
 For StableHLO they are the sampler's own jitted programs (`cvae.sampling.sampler`) applied to
 the weights behind an optimization barrier: XLA then compiles them as it compiles the sampler's
@@ -27,7 +29,6 @@ import jax
 import jax.numpy as jnp
 
 from cvae.model import prior as prior_lib
-from cvae.data.pixels import IMAGE_PIXELS
 from cvae.model import registry
 from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model
@@ -45,12 +46,12 @@ class Portable:
 
 def signatures(sampler) -> dict[str, tuple]:
     """name -> (inputs, outputs) for the functions this model has."""
-    noise = sampler.noise_dim
+    noise, pixels = sampler.noise_dim, sampler.config.spec.pixels
     found = {"sample": ((("noise", (noise,), "float32"), ("label", (), "int32")), ("images",)),
-             "encode": ((("images", (IMAGE_PIXELS,), "float32"), ("label", (), "int32")),
+             "encode": ((("images", (pixels,), "float32"), ("label", (), "int32")),
                         ("mean", "logvar", "neg_elbo"))}
     if sampler.has_classifier:
-        found["classify"] = ((("images", (IMAGE_PIXELS,), "float32"),), ("probabilities",))
+        found["classify"] = ((("images", (pixels,), "float32"),), ("probabilities",))
     return found
 
 
@@ -87,7 +88,7 @@ def onnx_functions(sampler) -> list[Portable]:
 
     def sample(noise, labels):
         logits = model.apply(variables, noise, labels, onnx_prior_sample, method="generate")
-        return pixel_means(logits, config.pixel_sharpness).reshape(-1, 28, 28)
+        return pixel_means(logits, config.pixel_sharpness).reshape(-1, *config.spec.stored_shape)
 
     fns = {"sample": sample,
            "encode": lambda images, labels: sampler.encode_fn(variables, images, labels),

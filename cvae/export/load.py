@@ -17,11 +17,9 @@ from pathlib import Path
 
 from cvae.config import Config
 from cvae.errors import CheckpointError
+from cvae.export.config_file import CONFIG, read_config
 from cvae.export.manifest import is_export, verify_folder
 from cvae.export.weights import WEIGHTS, load_weights
-
-CONFIG = "config.json"
-
 
 @dataclasses.dataclass(frozen=True)
 class ExportedModel:
@@ -39,7 +37,7 @@ def load_export(folder: str | Path) -> ExportedModel:
     missing = [name for name in (WEIGHTS, CONFIG) if name not in manifest["files"]]
     if missing:
         raise CheckpointError(f"{folder}: its manifest lists no {', '.join(missing)}")
-    config = Config.from_json((folder / CONFIG).read_text())
+    config = read_config((folder / CONFIG).read_text(), str(folder / CONFIG))
     return ExportedModel(int(manifest["step"]), config, load_weights(folder / WEIGHTS), manifest)
 
 

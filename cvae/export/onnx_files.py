@@ -83,17 +83,18 @@ def verify_onnx(folder: Path, sampler, *, noise: np.ndarray, labels: np.ndarray,
                 digits: np.ndarray) -> dict:
     """ONNX Runtime against the sampler (its blocks, as `/sample` decodes) on the same inputs:
     `noise` f32[N, L] and `labels` i32[N] for sample (every pixel within `PIXEL_TOLERANCE`,
-    every uint8 within `UINT8_TOLERANCE`), `digits` u8[N, 28, 28] for encode and classify
+    every uint8 within `UINT8_TOLERANCE`), `digits` u8[N, h, w] for encode and classify
     (as the sampler reads them, /255; within `RELATIVE_TOLERANCE`). AssertionError naming
     the file otherwise; returns the largest differences found."""
     from cvae.sampling.grid import _to_uint8
 
     ours = run_onnx(folder / "sample.onnx", {"noise": noise, "label": labels})[0]
     theirs = sampler.decode(noise, labels)
+    shape = sampler.config.spec.stored_shape
     report = {"rows": int(len(noise)),
               "sample_max_abs": float(np.max(np.abs(ours - theirs))),
-              "sample_max_uint8": int(np.max(np.abs(_to_uint8(ours).astype(int)
-                                                    - _to_uint8(theirs).astype(int))))}
+              "sample_max_uint8": int(np.max(np.abs(_to_uint8(ours, shape).astype(int)
+                                                    - _to_uint8(theirs, shape).astype(int))))}
     if report["sample_max_abs"] > PIXEL_TOLERANCE or report["sample_max_uint8"] > UINT8_TOLERANCE:
         raise AssertionError(f"sample.onnx: ONNX Runtime differs from the sampler by "
                              f"{report['sample_max_abs']:.3g} ({report['sample_max_uint8']} in "

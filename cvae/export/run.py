@@ -24,11 +24,11 @@ from cvae.config import ABSENT_MEANS, DRAWING_FIELDS, flag
 from cvae.errors import CheckpointError, ExportError
 from cvae.export import card, onnx_files, stablehlo
 from cvae.export.functions import exact_functions, onnx_functions
-from cvae.export.load import CONFIG
+from cvae.export.config_file import CONFIG, config_json
 from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
 from cvae.export.weights import WEIGHTS, flatten, load_weights, save_weights
 from cvae.sampling.grid import _to_uint8
-from cvae.sampling.sampler import DIGITS, request_latents
+from cvae.sampling.sampler import request_latents
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step still being written
 COMMITTED = "_CHECKPOINT_METADATA"  # what Orbax writes into every committed step
@@ -106,7 +106,7 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
     run's own config, which drew an `eval.json` that does not say how it drew."""
     step, config = sampler.step, sampler.config
     save_weights(folder / WEIGHTS, sampler.variables, {"format": "cvae", "step": str(step)})
-    (folder / CONFIG).write_text(config.to_json() + "\n")
+    (folder / CONFIG).write_text(config_json(config) + "\n")
     (folder / SAMPLES).write_bytes(sampler.sample_png(None, 8, 0, scale=2))
     log(f"exporting step {step} of {checkpoint_dir}: StableHLO")
     stablehlo.write_stablehlo(folder, exact_functions(sampler))
@@ -134,13 +134,14 @@ def verify(folder: Path, sampler) -> dict:
     if stored.keys() != expected.keys() or not all(
             np.array_equal(stored[k], np.asarray(expected[k])) for k in expected):
         raise AssertionError(f"{WEIGHTS} does not read back into the exported variables")
-    noise, labels = request_latents(0, DIGITS, ONNX_ROWS_PER_DIGIT,
+    noise, labels = request_latents(0, sampler.classes, ONNX_ROWS_PER_DIGIT,
                                     latent_dim=sampler.noise_dim, temperature=1.0)
     sizes = sorted({min(sampler.block_sizes), max(sampler.block_sizes)})
     reading = (sorted({min(sampler.classify_block_sizes), max(sampler.classify_block_sizes)})
                if sampler.has_classifier else [])  # classify's blocks are checked on their own
     count = max(1000, *sizes, *reading)  # digits (the sampler's own) for encode and classify
-    digits = _to_uint8(sampler.decode(noise[:count], labels[:count]))
+    digits = _to_uint8(sampler.decode(noise[:count], labels[:count]),
+                       sampler.config.spec.stored_shape)
     rows = {}
     for size in sorted({*sizes, *reading}):
         images = digits[:size].reshape(size, -1).astype(np.float32) / np.float32(255)

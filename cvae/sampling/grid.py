@@ -1,11 +1,14 @@
-"""Tile 28x28 digit images into one grayscale grid and encode it as a PNG.
+"""Tile grey images (28x28 digits, or any one dataset's height x width) into one grid and
+encode it as a PNG.
 
 Sampling (`cvae sample`) and the HTTP service (`GET /sample`) both return a grid of digits, and
 the service promises byte-identical PNGs for the same seed, so the layout and the encoding live
 here once, in pure NumPy + Pillow with no JAX, where they can be tested instantly. The layout is
 the `torchvision.utils.make_grid` convention (see docs/design.md, "HTTP service"): tiles of
-`28*scale` px, row-major, with `pad` px of background around every tile including the outer
-border, so `width = cols*(28*scale+pad)+pad` and `height = rows*(28*scale+pad)+pad`.
+`h*scale` x `w*scale` px, row-major, with `pad` px of background around every tile including
+the outer border, so `width = cols*(w*scale+pad)+pad` and `height = rows*(h*scale+pad)+pad`.
+A tile's (h, w) is its dataset spec's (`DatasetSpec.stored_shape`); callers pass it as
+`image_shape`, which defaults to MNIST's (28, 28).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, IMAGE_SIDE, MAX_LEVEL
+from cvae.data.pixels import MAX_LEVEL
+from cvae.data.specs import MNIST
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, MAX_PAD, MAX_SCALE
 
 
@@ -44,27 +48,34 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
     return n if digit is None else int(np.ceil(np.sqrt(n)))
 
 
-def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE,
-               pad: int = DEFAULT_PAD) -> tuple[int, int]:
-    """Returns (height, width) in px of the grid that `make_grid` builds for `n` images."""
+# A tile's (height, width) when the caller names none: the default dataset's.
+DEFAULT_IMAGE_SHAPE = MNIST.stored_shape
+
+
+def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD,
+               image_shape: tuple[int, int] = DEFAULT_IMAGE_SHAPE) -> tuple[int, int]:
+    """Returns (height, width) in px of the grid that `make_grid` builds for `n` images of
+    `image_shape` (height, width)."""
     n = _check_int("n", n, 1)
     cols = _check_int("cols", cols, 1)
     scale = _check_int("scale", scale, 1, high=MAX_SCALE)
     pad = _check_int("pad", pad, 0, high=MAX_PAD)
     rows = math.ceil(n / cols)
-    step = IMAGE_SIDE * scale + pad
-    return rows * step + pad, cols * step + pad
+    height, width = image_shape
+    return rows * (height * scale + pad) + pad, cols * (width * scale + pad) + pad
 
 
-def _to_uint8(images: np.ndarray) -> np.ndarray:
-    """images: float[N, 28, 28] or [N, 784] in [0, 1], or uint8 -> uint8[N, 28, 28]."""
+def _to_uint8(images: np.ndarray,
+              image_shape: tuple[int, int] = DEFAULT_IMAGE_SHAPE) -> np.ndarray:
+    """images: float[N, h, w] or [N, h*w] in [0, 1], or uint8 -> uint8[N, h, w], where
+    (h, w) = image_shape."""
     images = np.asarray(images)
-    if images.ndim == 2 and images.shape[1] == IMAGE_PIXELS:
-        images = images.reshape(-1, *IMAGE_SHAPE)
-    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
-        raise ValueError(
-            f"images must have shape [N, 28, 28] or [N, 784], got {list(images.shape)}"
-        )
+    height, width = image_shape
+    if images.ndim == 2 and images.shape[1] == height * width:
+        images = images.reshape(-1, height, width)
+    if images.ndim != 3 or images.shape[1:] != tuple(image_shape):
+        raise ValueError(f"images must have shape [N, {height}, {width}] or "
+                         f"[N, {height * width}], got {list(images.shape)}")
     if images.shape[0] < 1:
         raise ValueError("images must hold n >= 1 images, got 0")
     if images.dtype == np.uint8:
@@ -81,34 +92,35 @@ def _to_uint8(images: np.ndarray) -> np.ndarray:
 
 def make_grid(
     images: np.ndarray, cols: int, *, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
-    pad_value: int = 0
+    pad_value: int = 0, image_shape: tuple[int, int] = DEFAULT_IMAGE_SHAPE,
 ) -> np.ndarray:
     """Tiles images row-major into one grayscale grid.
 
     Args:
-      images: float[N, 28, 28] (or [N, 784]) in [0, 1], clipped, quantised as
-        `np.round(clip(x, 0, 1) * 255)` (round half to even); or uint8[N, 28, 28] used as is.
+      images: float[N, h, w] (or [N, h*w]) in [0, 1], clipped, quantised as
+        `np.round(clip(x, 0, 1) * 255)` (round half to even); or uint8[N, h, w] used as is.
       cols: tiles per row (>= 1); rows = ceil(N / cols), empty tiles in the last row are background.
       pad: background px around every tile, outer border included (0..MAX_PAD).
       scale: nearest-neighbour integer upscale of each tile (1..MAX_SCALE).
       pad_value: background grey level (0..255).
+      image_shape: a tile's (h, w): the dataset spec's `stored_shape` (default MNIST's).
 
     Returns:
-      uint8[H, W] with (H, W) = grid_shape(N, cols, scale, pad).
+      uint8[H, W] with (H, W) = grid_shape(N, cols, scale, pad, image_shape).
     """
-    tiles = _to_uint8(images)
+    tiles = _to_uint8(images, image_shape)
     n = tiles.shape[0]
-    height, width = grid_shape(n, cols, scale=scale, pad=pad)
+    height, width = grid_shape(n, cols, scale=scale, pad=pad, image_shape=image_shape)
     pad_value = _check_int("pad_value", pad_value, 0, high=MAX_LEVEL)
     if scale > 1:
         tiles = tiles.repeat(scale, axis=1).repeat(scale, axis=2)
-    size = IMAGE_SIDE * scale
+    tall, wide = image_shape[0] * scale, image_shape[1] * scale
     grid = np.full((height, width), pad_value, dtype=np.uint8)
     for index in range(n):
         row, col = divmod(index, cols)
-        top = pad + row * (size + pad)
-        left = pad + col * (size + pad)
-        grid[top : top + size, left : left + size] = tiles[index]
+        top = pad + row * (tall + pad)
+        left = pad + col * (wide + pad)
+        grid[top : top + tall, left : left + wide] = tiles[index]
     return grid
 
 

@@ -22,8 +22,9 @@ import numpy as np
 from cvae.model import prior as prior_lib
 from cvae.sampling.blocks import (DECODE_BLOCKS, block_check, classify_probes, plan_blocks,
                                   sampler_probes)
-from cvae.config import NUM_CLASSES, Config
-from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, to_unit
+from cvae.config import Config, ConfigError
+from cvae.data.pixels import to_unit
+from cvae.data.specs import MNIST
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.densities import pixel_means
@@ -31,22 +32,24 @@ from cvae.model.objectives import create_bayes_classify_fn
 from cvae.model.registry import code_dim, create_model, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
 
-DIGITS = tuple(range(NUM_CLASSES))
+DIGITS = tuple(range(MNIST.num_classes))  # MNIST's labels (bench, tests); `Sampler.classes`
 
 
 def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
-    """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images f32[B, 28, 28] in [0, 1]`.
+    """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images f32[B, h, w] in [0, 1]`
+    (the dataset spec's `stored_shape`).
 
     z is the sampling noise, N(0, t^2 I), `noise_dim` wide; the model's prior maps it to its
     latent (the identity for the standard prior). With `codes`, z are codes (`code_dim` wide)
     decoded as they are: for the ladder, the top layer's, the layers below at their means.
     """
     method = "decode" if codes else "generate"
+    shape = config.spec.stored_shape
 
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        return pixel_means(logits, config.pixel_sharpness).reshape(-1, *IMAGE_SHAPE)
+        return pixel_means(logits, config.pixel_sharpness).reshape(-1, *shape)
 
     return decode
 
@@ -243,15 +246,20 @@ class Sampler:
 
     @property
     def image_pixels(self) -> int:
-        """The width of `encode_fn`'s rows."""
-        return IMAGE_PIXELS
+        """The width of `encode_fn`'s rows: the dataset spec's values an image."""
+        return self.config.spec.pixels
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        """The labels this model draws, 0..num_classes - 1 of its dataset's spec."""
+        return tuple(range(self.config.spec.num_classes))
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Prior draws f32[B, noise_dim], i32[B] -> f32[B, 28, 28], in `plan_blocks`' blocks."""
+        """Prior draws f32[B, noise_dim], i32[B] -> f32[B, h, w], in `plan_blocks`' blocks."""
         return self._decode_blocks(self.decode_fn, z, labels)
 
     def decode_codes(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, 28, 28], the same blocks."""
+        """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, h, w], the same blocks."""
         return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels)
 
     def to_codes(self, noise: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -281,13 +289,13 @@ class Sampler:
 
     def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
         out = self._in_blocks(decode_fn, z, labels)
-        return out[0] if out else np.zeros((0, *IMAGE_SHAPE), np.float32)
+        return out[0] if out else np.zeros((0, *self.config.spec.stored_shape), np.float32)
 
     def encode(self, images: np.ndarray, labels: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """uint8[B, 28, 28], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
+        """uint8[B, h, w], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
         the same blocks as `decode`, so a row's values do not depend on its neighbours."""
-        x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
+        x = to_unit(np.asarray(images).reshape(len(images), self.image_pixels))
         out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
         if out is None:
             latent = np.zeros((0, self.latent_dim), np.float32)
@@ -295,14 +303,14 @@ class Sampler:
         return tuple(out)
 
     def classify(self, images: np.ndarray) -> np.ndarray:
-        """uint8[B, 28, 28] -> p(y|x), f32[B, 10], through blocks of `classify_block_sizes` (a
+        """uint8[B, h, w] -> p(y|x), f32[B, classes], through blocks of `classify_block_sizes` (a
         row's probabilities do not depend on its neighbours): q(y|x) of a few-label model, Bayes'
         rule for a model trained with every label (`create_classify_fn`)."""
         if self.classify_fn is None:
             raise ValueError("this sampler reads no digits (created without a classify_fn)")
-        x = to_unit(np.asarray(images).reshape(len(images), IMAGE_PIXELS))
+        x = to_unit(np.asarray(images).reshape(len(images), self.image_pixels))
         out = self._in_blocks(self.classify_fn, x, sizes=self.classify_block_sizes)
-        return out[0] if out else np.zeros((0, NUM_CLASSES), np.float32)
+        return out[0] if out else np.zeros((0, len(self.classes)), np.float32)
 
     def check_blocks(self) -> tuple[int, ...]:
         """Keep only the block sizes in which every row position gives a row the same bits.
@@ -335,7 +343,9 @@ class Sampler:
 
     def sample_images(self, digit: int | None, n: int, seed: int,
                       *, temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
-        digits = DIGITS if digit is None else (digit,)
+        if digit not in (None, *self.classes):  # `cvae sample --digit` bounds it by all datasets
+            raise ConfigError(f"digit {digit}: this model's classes are 0..{self.classes[-1]}")
+        digits = self.classes if digit is None else (digit,)
         z, labels = request_latents(seed, digits, n, latent_dim=self.noise_dim,
                                     temperature=temperature)
         return self.decode(z, labels)
@@ -344,7 +354,8 @@ class Sampler:
                    *, temperature: float = DEFAULT_TEMPERATURE, cols: int | None = None,
                    scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD) -> bytes:
         images = self.sample_images(digit, n, seed, temperature=temperature)
-        return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale))
+        return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale,
+                                   image_shape=self.config.spec.stored_shape))
 
 
 def load_sampler(checkpoint_dir, step: int | None = None, block_rows: int | None = None, *,

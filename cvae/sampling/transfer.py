@@ -9,7 +9,7 @@ MNIST's test digits with the default checkpoint).
 
 Synopsis:
 
-    request = TransferRequest(image, label=None, digits=DIGITS, samples=0, seed=0)
+    request = TransferRequest(image, label=None, digits=sampler.classes, samples=0, seed=0)
     [codes] = transfer_latents([request], sampler)   # then sampler.decode_codes(*codes[:2])
 
 `samples=0` uses the posterior mean (one row); `samples=k` draws k z ~ q(z | x, y) with `seed`.
@@ -25,12 +25,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cvae.data.pixels import IMAGE_SHAPE, to_unit
-from cvae.sampling.sampler import DIGITS, Codes, LatentRequest, Sampler, batch_latents
+from cvae.data.pixels import to_unit
+from cvae.sampling.sampler import Codes, LatentRequest, Sampler, batch_latents
 
 
 class TransferRequest(NamedTuple):
-    image: np.ndarray  # uint8[28, 28], light digit on black (cvae.data.digit_image.prepare_digit)
+    image: np.ndarray  # uint8[h, w] of the model's spec, light digit on black (prepare_digit)
     label: int | None  # the digit the image shows; None: the label with the best ELBO
     digits: tuple[int, ...]  # the labels to decode with, in order
     samples: int  # 0: the posterior mean; k: k posterior draws
@@ -60,11 +60,12 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[
     """Codes(z f32[rows, L], labels i32[rows], the label the image was encoded with) per
     request: posterior latents, to decode with `Sampler.decode_codes`.
 
-    One encoder call for the whole batch: an unlabelled image is encoded with all ten labels
+    One encoder call for the whole batch: an unlabelled image is encoded with every label
+    of the model's classes
     and scored; a labelled one once.
     """
     requests = read_labels(requests, sampler)
-    candidates = [DIGITS if r.label is None else (r.label,) for r in requests]
+    candidates = [sampler.classes if r.label is None else (r.label,) for r in requests]
     images = np.stack([r.image for r, labels in zip(requests, candidates) for _ in labels])
     labels = np.concatenate([np.asarray(c, np.int32) for c in candidates])
     mean, logvar, neg_elbo = sampler.encode(images, labels)
@@ -89,12 +90,13 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[
 
 
 def transfer_tiles(images: np.ndarray, request: TransferRequest, *, show_input: bool) -> np.ndarray:
-    """Decoded rows f32[rows, 28, 28] -> the grid's tiles: each draw's row of digits, led by
+    """Decoded rows f32[rows, h, w] -> the grid's tiles: each draw's row of digits, led by
     the prepared input when `show_input` (so a default-width row is [input, d0, d1, ...])."""
     if not show_input:
         return images
     width = len(request.digits)
-    rows = images.reshape(-1, width, *IMAGE_SHAPE)
-    first = np.broadcast_to(to_unit(request.image), (len(rows), 1, *IMAGE_SHAPE))
-    return np.concatenate([first, rows], axis=1).reshape(-1, *IMAGE_SHAPE)
+    shape = request.image.shape
+    rows = images.reshape(-1, width, *shape)
+    first = np.broadcast_to(to_unit(request.image), (len(rows), 1, *shape))
+    return np.concatenate([first, rows], axis=1).reshape(-1, *shape)
 

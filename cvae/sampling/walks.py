@@ -51,10 +51,11 @@ class DigitWalk(NamedTuple):
     digit: int  # whose /sample latents are kept
     n: int  # latents, one row each
     temperature: float
+    digits: tuple[int, ...] = DIGITS  # the labels each latent is decoded as: the model's classes
 
     @property
     def rows(self) -> int:
-        return self.n * len(DIGITS)
+        return self.n * len(self.digits)
 
 
 def slerp(a: np.ndarray, b: np.ndarray, steps: int) -> np.ndarray:
@@ -101,7 +102,7 @@ def walk_latents(walks: list[LatentWalk | DigitWalk], sampler: Sampler) -> list[
             z = np.concatenate([slerp(a, b, walk.steps) for a, b in zip(starts, ends)])
             labels = np.repeat(np.asarray(walk.digits, np.int32), walk.steps)
         else:
-            labels = np.tile(np.asarray(DIGITS, np.int32), walk.n)
-            z = sampler.swap(np.repeat(next(parts), len(DIGITS), axis=0), walk.digit, labels)
+            labels = np.tile(np.asarray(walk.digits, np.int32), walk.n)
+            z = sampler.swap(np.repeat(next(parts), len(walk.digits), axis=0), walk.digit, labels)
         results.append(Codes(z, labels))
     return results

@@ -18,9 +18,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from cvae.config import NUM_CLASSES
 from service.dependencies import ServedModel
-from service.params import PrepareMode
+from service.params import LARGEST_LABEL, PrepareMode
 from service.responses import BadParameters
 from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
 
@@ -28,10 +27,11 @@ from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
 class Reading(BaseModel):
     """200: the classifier's reading of the picture."""
 
-    probabilities: list[float] = Field(min_length=NUM_CLASSES, max_length=NUM_CLASSES,
-                                       description="p(y|x) for y = 0..9 (q(y|x), or Bayes' "
-                                                   "rule on p(x|y)); they sum to 1")
-    label: int = Field(ge=0, le=NUM_CLASSES - 1, description="the most probable digit")
+    probabilities: list[float] = Field(min_length=1, max_length=LARGEST_LABEL + 1,
+                                       description="p(y|x) for each of the served model's "
+                                                   "classes y (0..9 for MNIST): q(y|x), or "
+                                                   "Bayes' rule on p(x|y); they sum to 1")
+    label: int = Field(ge=0, le=LARGEST_LABEL, description="the most probable digit")
     step: int = Field(description="the checkpoint step that read it")
 
 
@@ -65,7 +65,7 @@ async def classify(request: Request, params: Annotated[ClassifyParams, Query()],
         message = "the served model reads no digits"
         return JSONResponse({"message": message, "detail": [
             {"loc": ["body"], "msg": message, "type": "no_classifier"}]}, status_code=409)
-    upload = await read_digit(request, params.prepare)
+    upload = await read_digit(request, params.prepare, shape=sampler.config.spec.stored_shape)
     if isinstance(upload, JSONResponse):
         return upload
     image, _ = upload

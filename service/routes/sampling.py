@@ -14,10 +14,11 @@ from fastapi.responses import Response
 
 from cvae.sampling.walks import DigitWalk, LatentWalk
 from cvae.sampling.grid import grid_columns
-from cvae.sampling.sampler import DIGITS, LatentRequest
+from cvae.sampling.sampler import LatentRequest
 from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
                                   random_seed)
-from service.params import SAMPLE_QUERY, InterpolateParams, SampleParams, sample_params
+from service.params import (SAMPLE_QUERY, InterpolateParams, SampleParams, check_labels,
+                            sample_params)
 from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_matches,
                                too_large)
 
@@ -29,9 +30,13 @@ router = APIRouter()
 async def sample(request: Request, params: Annotated[SampleParams, Depends(sample_params)],
                  loaded: ServedModel):
     """A PNG grid of generated digits (8-bit grayscale; layout as torchvision make_grid)."""
-    digits = DIGITS if params.digit is None else (params.digit,)
+    classes = loaded.sampler.classes  # the served model's dataset's labels
+    check_labels(len(classes), digit=params.digit)
+    digits = classes if params.digit is None else (params.digit,)
     cols = grid_columns(params.digit, params.n, params.cols)
-    if (refusal := too_large(params, len(digits) * params.n, cols)) is not None:
+    shape = loaded.sampler.config.spec.stored_shape
+    if (refusal := too_large(params, len(digits) * params.n, cols,
+                             image_shape=shape)) is not None:
         return refusal
     if params.seed is None:
         seed = random_seed()
@@ -49,7 +54,7 @@ async def sample(request: Request, params: Annotated[SampleParams, Depends(sampl
                                                          params.temperature))
     if isinstance(images, Response):
         return images
-    png = await encode_png(images, cols, params.scale, params.pad)
+    png = await encode_png(images, cols, params.scale, params.pad, image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)
 
 
@@ -59,16 +64,19 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
     """A walk through the latent space: `walk=latent` goes from seed's sample to to_seed's
     (one row per digit); `walk=digits` keeps each z and decodes it as every digit."""
     seed = random_seed() if params.seed is None else params.seed
+    classes = loaded.sampler.classes
+    check_labels(len(classes), digit=params.digit)
     if params.walk == "latent":
-        digits = DIGITS if params.digit is None else (params.digit,)
+        digits = classes if params.digit is None else (params.digit,)
         to_seed = (seed + 1) % RANDOM_SEED_LIMIT if params.to_seed is None else params.to_seed
         work = LatentWalk(seed, to_seed, digits, params.steps, params.temperature)
         cols = params.cols or params.steps
     else:
-        work = DigitWalk(seed, params.digit or 0, params.n, params.temperature)
-        cols = params.cols or len(DIGITS)
+        work = DigitWalk(seed, params.digit or 0, params.n, params.temperature, classes)
+        cols = params.cols or len(classes)
     count = "steps" if params.walk == "latent" else "n"
-    if (refusal := too_large(params, work.rows, cols, count)) is not None:
+    shape = loaded.sampler.config.spec.stored_shape
+    if (refusal := too_large(params, work.rows, cols, count, image_shape=shape)) is not None:
         return refusal
     headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
                "Cache-Control": "no-store"}
@@ -81,5 +89,5 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
     images = await decode(request, loaded, work)
     if isinstance(images, Response):
         return images
-    png = await encode_png(images, cols, params.scale, params.pad)
+    png = await encode_png(images, cols, params.scale, params.pad, image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 
 from cvae.sampling.transfer import TransferRequest, transfer_tiles
 from service.dependencies import ServedModel, cache_control, decode, random_seed
-from service.params import TransferParams
+from service.params import TransferParams, check_labels
 from service.responses import (IMAGE_HEADERS, SAMPLE_RESPONSES, BadParameters, encode_png,
                                entity_tag, too_large)
 from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
@@ -43,11 +43,15 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
     covers the uploaded bytes, but is never answered 304: RFC 9110 answers a POST whose
     If-None-Match matches with 412, and shared caches do not store POST responses.
     """
-    cols = params.cols or len(params.digits) + params.show_input
-    tiles = (len(params.digits) + params.show_input) * max(1, params.samples)
-    if (refusal := too_large(params, tiles, cols, "samples")) is not None:
+    classes = loaded.sampler.classes
+    check_labels(len(classes), label=params.label, digits=params.digits)
+    digits = params.digits or classes  # omitted: every class of the served model
+    cols = params.cols or len(digits) + params.show_input
+    tiles = (len(digits) + params.show_input) * max(1, params.samples)
+    shape = loaded.sampler.config.spec.stored_shape
+    if (refusal := too_large(params, tiles, cols, "samples", image_shape=shape)) is not None:
         return refusal  # before the upload is read or decoded
-    upload = await read_digit(request, params.prepare)
+    upload = await read_digit(request, params.prepare, shape=shape)
     if isinstance(upload, Response):
         return upload
     image, digest = upload
@@ -61,16 +65,16 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
         headers["Cache-Control"] = "no-store"
     else:
         headers["ETag"] = entity_tag(loaded, "transfer", (
-            digest, params.prepare, params.label, params.digits, params.samples,
+            digest, params.prepare, params.label, digits, params.samples,
             seed if params.samples else None, params.show_input, cols, params.scale,
             params.pad))
         headers["Cache-Control"] = cache_control(request)
-    work = TransferRequest(image, params.label, params.digits, params.samples, seed or 0)
+    work = TransferRequest(image, params.label, digits, params.samples, seed or 0)
     result = await decode(request, loaded, work)
     if isinstance(result, Response):
         return result
     images, label = result
     headers["X-Label"] = str(label)
     png = await encode_png(transfer_tiles(images, work, show_input=params.show_input), cols,
-                           params.scale, params.pad)
+                           params.scale, params.pad, image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)

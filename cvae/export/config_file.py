@@ -1,0 +1,41 @@
+"""config.json of an exported folder: the run's config, which rebuilds the model, and what its
+dataset's spec says of the images (shape, channels, class names), for readers without this
+package. Pure Python, so the model card (`cvae.export.card`) quotes it without NumPy.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cvae.config import Config
+from cvae.errors import CheckpointError
+
+CONFIG = "config.json"
+# What config.json says of the data beside the config's own fields, so that a reader without
+# this package knows the images' shape and what each label means: the dataset spec's (derived
+# from `dataset`, so `read_config` checks them against the registry and drops them).
+SPEC_KEYS = ("image_shape", "channels", "class_names")
+
+
+def config_json(config: Config) -> str:
+    """config.json: the run's config, then its dataset's image shape [h, w, c], channels and
+    class names (from `cvae.data.specs`)."""
+    spec = config.spec
+    facts = {"image_shape": list(spec.image_shape), "channels": spec.channels,
+             "class_names": list(spec.class_names)}
+    return json.dumps({**config.to_dict(), **facts}, indent=2, sort_keys=True)
+
+
+def read_config(text: str, where: str) -> Config:
+    """config.json -> the Config; CheckpointError when its data facts are not its dataset's
+    (the folder was made for images this package would shape otherwise). Folders written
+    before the facts were added have none, and load as they are."""
+    values = json.loads(text)
+    facts = {key: values.pop(key) for key in SPEC_KEYS if key in values}
+    config = Config.from_dict(values)
+    expected = json.loads(config_json(config))
+    wrong = [key for key, value in facts.items() if value != expected[key]]
+    if wrong:
+        found = "; ".join(f"{key} {facts[key]}, expected {expected[key]}" for key in wrong)
+        raise CheckpointError(f"{where}: not dataset {config.dataset!r}'s images ({found})")
+    return config
