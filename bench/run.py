@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import bench_distributed, bench_train
+from bench import bench_classify, bench_distributed, bench_train
 from bench.machine import gemm_gflops, measured_machine
 from bench.machine import markdown as machine_markdown
 from bench.rounds import RATIO_RULE
@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
             log(f"service benchmark against {target}")
             service = service_bench(target, args.quick, machine.tag)
+            log(f"/classify benchmark (bench/bench_classify.py) against {target}")
+            service += "\n\n### /classify by Bayes' rule\n\n" + bench_classify.markdown(
+                bench_classify.measure(target), bench_classify.reading_flops(target),
+                machine.gemm_gflops_start, machine.tag)
         target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
         log(f"export benchmark (bench/bench_export.py) against {target}")
         export = export_bench(target, args.quick, machine.tag)
