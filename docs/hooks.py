@@ -1,5 +1,6 @@
-"""MkDocs hook: the configuration page's table of `Config` fields, made from the code, and a
-check that every table on every page has as many cells in each row as in its header.
+"""MkDocs hook: the configuration page's table of `Config` fields, made from the code, the
+Results page's tables, made from `cvae eval`'s JSON (docs/results_page.py), and a check that
+every table on every page has as many cells in each row as in its header.
 
 Each field's one-sentence doc lives once, in `cvae/config.py` (`cvae train --help` shows it too);
 a page that says `<!-- config-fields -->` gets a table of every field's flag, default and doc,
@@ -37,6 +38,15 @@ def config_table() -> str:
         doc = field_doc(field.name).replace("|", "\\|")
         rows.append(f"| `--{field.name.replace('_', '-')}` | `{shown}` | {doc} |")
     return "\n".join(rows)
+
+
+def results_tables(markdown: str) -> str:
+    """The Results page's tables from the eval JSON in docs/results/ (docs/results_page.py)."""
+    if str(ROOT / "docs") not in sys.path:
+        sys.path.insert(0, str(ROOT / "docs"))
+    from results_page import render
+
+    return render(markdown)
 
 
 # A table's second line: cells of dashes with optional alignment colons, e.g. |---|:--:|--:|
@@ -109,6 +119,7 @@ def table_problems(markdown: str) -> list[str]:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, config_table())
+    markdown = results_tables(markdown)
     if (problems := table_problems(markdown)):
         from mkdocs.exceptions import PluginError
 

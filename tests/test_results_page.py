@@ -1,0 +1,71 @@
+"""The Results page quotes only what `cvae eval`'s JSON in docs/results/ holds: every cell of
+its generated tables, read again here from the files on their own, and no figure of ours
+written by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+sys.path.insert(0, str(DOCS))
+import results_page  # noqa: E402
+
+
+def _value(run: dict, path: tuple[str, ...]) -> float:
+    for key in path:
+        run = run[key]
+    return float(run)
+
+
+def _shown(value: float, figure) -> str:
+    return f"{100 * value:.{figure.digits}f}%" if figure.percent else f"{value:.{figure.digits}f}"
+
+
+@pytest.mark.parametrize("name", sorted(results_page.GROUPS))
+def test_every_cell_of_a_results_table_is_its_json(name):
+    group = results_page.GROUPS[name]
+    files = sorted((DOCS / "results").glob(group.files))
+    runs = [json.loads(path.read_text()) for path in files]
+    if not runs and name == "default":
+        pytest.skip("no eval JSON of the default yet")
+    assert runs, f"{name}: no files"
+    rows = [line for line in results_page.table(name).splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == len(group.figures)
+    for row, figure in zip(rows, group.figures, strict=True):
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]]
+        values = [_value(run, figure.path) for run in runs]
+        assert cells[0] == figure.label
+        assert cells[2:] == [_shown(v, figure) for v in values]
+        if group.summary == "median":
+            assert cells[1] == _shown(statistics.median(values), figure)
+        else:
+            assert cells[1] == (f"{_shown(statistics.mean(values), figure)} ± "
+                                f"{_shown(statistics.stdev(values), figure)}")
+
+
+def test_the_results_page_has_no_figure_of_ours_written_by_hand():
+    text = (DOCS / "results.md").read_text()
+    ours = [line for line in text.splitlines() if line.startswith("| **ours")]
+    few_labels = [line for line in text.splitlines() if re.match(r"\| 1000? \|", line)]
+    assert ours and few_labels
+    for line in ours:  # our rows of the published table: markers only
+        assert not re.search(r"\d", re.sub(r"<!--.*?-->", "", line)), line
+    for line in few_labels:  # our column, the last, of the few-label table
+        assert re.fullmatch(r"<!-- result:[a-z0-9-]+:[a-z_.]+ -->", line.split("|")[-2].strip())
+    rendered = results_page.render(text)
+    assert "<!-- result" not in rendered
+    for name in set(re.findall(r"<!-- results?:([a-z0-9-]+)", text)):
+        assert name in results_page.GROUPS
+
+
+def test_a_group_without_files_fails_the_build_rather_than_rendering_nothing(monkeypatch):
+    empty = results_page.Group("no-such-*.json", "nothing", results_page.BOUNDS)
+    monkeypatch.setitem(results_page.GROUPS, "empty", empty)
+    with pytest.raises(ValueError, match="no files match"):
+        results_page.table("empty")
