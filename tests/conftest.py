@@ -60,8 +60,8 @@ def trained_run(tmp_path_factory) -> TrainedRun:
 
     About 5 s on 2 CPU cores (mostly compilation).
     """
-    return train_run(tmp_path_factory.mktemp("trained-run"), presets.test().replace(epochs=2),
-                     synthetic_dataset(80))
+    return shared_train_run(tmp_path_factory, "trained-run", presets.test().replace(epochs=2),
+                            synthetic_dataset(80))
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +69,8 @@ def transfer_run(tmp_path_factory) -> TrainedRun:
     """The test config trained until its reconstructions mean something (20 epochs of 512
     synthetic digits, 16 of them held out): for style-transfer tests that bound how closely a
     digit is reconstructed and check that the model reads labels. About 10 s on 2 CPU cores."""
-    return train_run(tmp_path_factory.mktemp("transfer-run"),
-                     presets.test().replace(epochs=20), synthetic_dataset(512))
+    return shared_train_run(tmp_path_factory, "transfer-run", presets.test().replace(epochs=20),
+                            synthetic_dataset(512))
 
 
 @pytest.fixture(scope="session")
@@ -81,11 +81,38 @@ def few_label_run(tmp_path_factory) -> TrainedRun:
     config = presets.test().replace(
         epochs=8, labels="20", labelled_per_batch=4, validation_size=32, classifier_weight=5.0,
         learning_rate=3e-3)
-    return train_run(tmp_path_factory.mktemp("few-label-run"), config, synthetic_dataset(256))
+    return shared_train_run(tmp_path_factory, "few-label-run", config, synthetic_dataset(256))
 
 
 def train_run(directory: Path, config: Config, data: Dataset) -> TrainedRun:
     train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
+    steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
+    return TrainedRun(directory, config, data, steps)
+
+
+def shared_directory(tmp_path_factory, name: str, build) -> Path:
+    """`build(directory)` once per test session, whichever xdist worker asks first; the others
+    wait on a file lock and get the same folder. Read-only for its users, like a session
+    fixture's (a run, a reference checkpoint): copy it to change it."""
+    from exports import locked, shared_root  # (the plugin pytest_plugins loads)
+
+    root = shared_root(tmp_path_factory)
+    directory = root / name
+    with locked(root / f"{name}.lock"):
+        if not (root / f"{name}.done").is_file():
+            if directory.exists():  # a build that failed half-way in an earlier test's hands
+                shutil.rmtree(directory)
+            directory.mkdir()
+            build(directory)
+            (root / f"{name}.done").write_text("")
+    return directory
+
+
+def shared_train_run(tmp_path_factory, name: str, config: Config, data: Dataset) -> TrainedRun:
+    """`train_run` once per test session across the xdist workers (`shared_directory`)."""
+    directory = shared_directory(
+        tmp_path_factory, name, lambda folder: train_and_evaluate(config, data, folder,
+                                                                  callbacks=[Checkpointer()]))
     steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))
     return TrainedRun(directory, config, data, steps)
 

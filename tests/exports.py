@@ -6,7 +6,8 @@ tests/conftest.py loads).
 
 Each option is trained (2 epochs of 80 synthetic digits, the test config) and exported once
 per test session, in whichever xdist worker asks first: the others wait on a file lock and
-reuse its folders, so the suite pays for each export once (about 10-25 s each on 2 cores).
+reuse its folders, so the suite pays for each export once (about 10-25 s each on 2 cores). The
+standard option's run is the `trained_run` fixture's (tests/conftest.py), trained once for both.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def export_runs(tmp_path_factory):
     root = shared_root(tmp_path_factory)
 
     def get(kind: str) -> TrainedRun:
+        if kind == "standard":  # the same config and data as the `trained_run` fixture's
+            from conftest import shared_train_run
+
+            return shared_train_run(tmp_path_factory, "trained-run", OPTIONS[kind](),
+                                    synthetic_dataset(80))
         directory, config = root / f"run-{kind}", OPTIONS[kind]()
         with locked(root / f"run-{kind}.lock"):
             if not (directory / "trained").is_file():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_directory
 from cvae.training.checkpoints import load_checkpoint
 from trees import tree_equal
 
@@ -138,11 +139,12 @@ def assert_same_run(directory: Path, reference) -> None:
 
 @pytest.fixture(scope="module")
 def reference_dir(data_dir, tmp_path_factory):
-    """The uninterrupted run: one process, two host devices."""
-    directory = tmp_path_factory.mktemp("reference")
-    result = train(data_dir, directory)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return directory
+    """The uninterrupted run: one process, two host devices (once a session, shared by the
+    xdist workers; read-only)."""
+    def build(directory):
+        result = train(data_dir, directory)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return shared_directory(tmp_path_factory, "processes-reference", build)
 
 
 @pytest.fixture(scope="module")

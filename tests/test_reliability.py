@@ -10,6 +10,7 @@ import time
 import pytest
 from trees import tree_equal
 
+from conftest import shared_directory
 from cvae.training.checkpoints import load_checkpoint
 
 # 16 steps/epoch, 96 steps in all.
@@ -26,12 +27,12 @@ def train_command(data_dir, checkpoint_dir, *extra):
 
 @pytest.fixture(scope="module")
 def reference(data_dir, tmp_path_factory):
-    """An uninterrupted run of the same command."""
-    checkpoint_dir = tmp_path_factory.mktemp("reference")
-    result = subprocess.run(train_command(data_dir, checkpoint_dir), capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return load_checkpoint(checkpoint_dir)
+    """An uninterrupted run of the same command (once a session, shared by the xdist workers)."""
+    def build(checkpoint_dir):
+        result = subprocess.run(train_command(data_dir, checkpoint_dir), capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+    return load_checkpoint(shared_directory(tmp_path_factory, "reliability-reference", build))
 
 
 def entries(directory):
