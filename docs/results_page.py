@@ -68,7 +68,7 @@ Q_Y = (Figure("test error of q(y\\|x)", ("classification", "q_y_given_x", "error
               percent=True),)
 
 GROUPS = {
-    "default": Group("default-seed*.json", "`make train ARGS='--seed S'`, then `make eval`",
+    "default": Group("default-seed[0-9].json", "`make train ARGS='--seed S'`, then `make eval`",
                      BOUNDS + SAMPLES),
     "default-published": Group(
         "default-published-seed*.json", "`make train ARGS='--seed S'`, then `cvae eval "
