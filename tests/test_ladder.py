@@ -30,7 +30,7 @@ from cvae.training.checkpoints import load_checkpoint
 
 pytestmark = pytest.mark.slow
 LADDER_FLAGS = ["--preset", "test", "--train-limit", 96, "--validation-size", 16, "--epochs", 2,
-                "--stochastic-layers", 2, "--upper-latent-dim", 3, "--free-bits", 0.05,
+                "--model", "ladder", "--stochastic-layers", 2, "--upper-latent-dim", 3, "--free-bits", 0.05,
                 "--kl-schedule", "linear", "--kl-warmup-steps", 6, "--no-progress"]
 LEVERS = ["--objective", "dreg", "--importance-samples", 2, "--prior", "learned_mixture",
           "--prior-components", 2]
