@@ -54,10 +54,10 @@ def test_a_once_refused_combination_trains_with_finite_figures(name, tmp_path):
     for name_ in ("loss", "reconstruction", "kl", "grad_norm"):
         values = np.concatenate([step[name_].reshape(-1) for step in losses.steps])
         assert len(values) == run.step and np.all(np.isfinite(values)), name_
-    assert losses.evaluations and all(np.isfinite(value) for value in losses.evaluations[-1].values()
-                                      if isinstance(value, float))
+    last = losses.evaluations[-1]
+    assert all(np.isfinite(value) for value in last.values() if isinstance(value, float))
     if config.labelled_count is not None:  # M2: q(y|x) is trained and read
-        assert "classifier_error" in " ".join(losses.evaluations[-1])
+        assert "classifier_error" in " ".join(last)
     if config.batch_norm:
         assert jax.tree.leaves(run.state.batch_stats)
     if config.prior in ("vamp", "learned_mixture"):  # written where a fitted mixture would be
