@@ -35,7 +35,7 @@ from bench.machine import gemm_call
 from cvae import presets
 from cvae.training.callbacks import Callback
 from cvae.data.load import Dataset
-from cvae.model.losses import vae_loss
+from cvae.model import objectives
 from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.data.synthetic import synthetic_dataset
@@ -125,9 +125,12 @@ def seed_loop_runner(config, data: Dataset, batch_size: int,
         x = maybe_binarize(binarize_key, images, config)
 
         def loss_fn(params):
-            logits, mean, logvar = model.apply({"params": params}, x, labels, z_key)
-            return vae_loss(logits, x, mean=mean, logvar=logvar, likelihood=config.likelihood,
-                            kl_weight=config.kl_weight)[0]
+            noise = objectives.draw_noise(z_key, model, samples=1, batch=x.shape[0])
+            rows, _, _ = objectives.row_terms(model, {"params": params}, images=x,
+                                              labels=labels, noise=noise, objective="elbo",
+                                              kl_weight=config.kl_weight)
+            return objectives.batch_loss(rows, objective="elbo", kl_weight=config.kl_weight,
+                                         free_bits=0.0)[0]
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         return state.apply_gradients(grads=grads), loss

@@ -38,10 +38,12 @@ def step_fns(steps: int):
     variables = init_variables(model, jax.random.key(0))
     optimizer = optax.adam(1e-3)
 
-    def loss(params, images):
-        logits, _, _ = model.apply({**variables, "params": params}, images,
-                                   jnp.zeros(BATCH, jnp.int32), jax.random.key(1))
-        return optax.sigmoid_binary_cross_entropy(logits, images).sum(-1).mean()
+    noise = jax.random.normal(jax.random.key(1), (1, BATCH, model.noise_dim))
+
+    def loss(params, images):  # the reconstruction: -log p(x | z, y), summed sigmoid BCE
+        terms = model.apply({**variables, "params": params}, images,
+                            jnp.zeros(BATCH, jnp.int32), noise, method="terms")
+        return -terms.log_px.mean()
 
     def step(carry, images):
         params, state = carry

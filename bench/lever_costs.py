@@ -4,12 +4,14 @@
 
 Every candidate is a jitted Adam step of its own loss, scanned over `--steps` steps per call as
 the training loop's chunk is, on the default model's sizes (MLP 784-512-256, latent 16, batch
-128, Bernoulli): the one-latent CVAE with the ELBO (written the same standalone way, so the
-ratios compare like with like), IWAE and DReG with K = 5, a two-layer ladder VAE (16 + 8) with
-the ELBO and with DReG K = 5, a VampPrior (50 pseudo-inputs a class: 500 encoder rows a step)
-and a learned mixture (10 components a class). Candidates run in interleaved rounds
-(bench/rounds.py) and each ratio to the ELBO step is the median of the per-round ratios, so
-a drifting, shared machine hits both sides alike. Prints milliseconds per step and the ratios.
+128, Bernoulli): the one-latent CVAE with the ELBO, IWAE and DReG with K = 5, a two-layer ladder
+VAE (16 + 8) with the ELBO and with DReG K = 5, a VampPrior (50 pseudo-inputs a class: 500
+encoder rows a step) and a learned mixture (10 components a class). Each loss is the training
+step's own (`objectives.row_terms` and `objectives.batch_loss` on the family's terms, as
+`cvae.training.supervision.FullLabels.loss` takes them), so the ratios compare like with like.
+Candidates run in interleaved rounds (bench/rounds.py) and each ratio to the ELBO step is the
+median of the per-round ratios, so a drifting, shared machine hits both sides alike. Prints
+milliseconds per step and the ratios.
 """
 
 from __future__ import annotations
@@ -27,108 +29,50 @@ import optax
 from bench.rounds import interleaved, median_ratio
 from cvae import presets
 from cvae.data.synthetic import synthetic_images
-from cvae.model import hierarchical as hv
-from cvae.model import learned_prior as lp
-from cvae.model import objectives as obj
-from cvae.model.losses import reconstruction, vae_loss
-from cvae.model.networks import create_model, init_variables, reparameterize
+from cvae.model import objectives
+from cvae.model.registry import create_model, init_variables
 
 K = 5
 
 
-def cvae_losses(config):
-    """{name: (init_fn(key) -> params, loss_fn(params, x, y, key) -> scalar)} of the CVAE."""
+def candidate(config):
+    """(init_fn(key) -> params, loss_fn(params, x, y, key) -> scalar): the training step's loss
+    of `config`'s model and objective, at KL weight 1 without free bits."""
     model = create_model(config)
+
     def init(key):
         return init_variables(model, key)["params"]
 
-    def apply(params, *args, method):
-        return model.apply({"params": params}, *args, method=method)
+    def loss(params, x, y, key):
+        noise = objectives.draw_noise(key, model, samples=config.importance_samples,
+                                      batch=x.shape[0])
+        rows, _, _ = objectives.row_terms(model, {"params": params}, images=x, labels=y,
+                                          noise=noise, objective=config.objective,
+                                          kl_weight=1.0)
+        return objectives.batch_loss(rows, objective=config.objective, kl_weight=1.0,
+                                     free_bits=0.0)[0]
 
-    def elbo(params, x, y, key):
-        logits, mean, logvar = model.apply({"params": params}, x, y, key)
-        return vae_loss(logits, x, mean=mean, logvar=logvar, likelihood="bernoulli",
-                        kl_weight=1.0)[0]
+    return init, loss
 
-    def fns(params, x, y, noise):
-        def sample_fn(p):
-            mean, logvar = apply(p, x, y, method="encode")
-            return obj.gaussian_draws(mean, logvar, noise)
 
-        def log_q_fn(p, z):
-            return obj.gaussian_log_density(z, *apply(p, x, y, method="encode"))
-
-        def log_joint_fn(p, z):
-            flat = z.reshape(-1, z.shape[-1])
-            labels = jnp.tile(y, z.shape[0])
-            logits = apply(p, flat, labels, method="decode")
-            log_px = -reconstruction(logits, jnp.tile(x, (z.shape[0], 1)), "bernoulli")
-            return log_px.reshape(z.shape[:2]) + obj.gaussian_log_density(z, 0.0, 0.0)
-
-        return sample_fn, log_q_fn, log_joint_fn
-
-    def iwae(params, x, y, key):
-        noise = jax.random.normal(key, (K,) + (x.shape[0], config.latent_dim))
-        return -obj.iwae_bound(obj.iwae_log_weights(params, fns(params, x, y, noise))).mean()
-
-    def dreg(params, x, y, key):
-        noise = jax.random.normal(key, (K,) + (x.shape[0], config.latent_dim))
-        return -obj.dreg_surrogate(*obj.dreg_log_weights(params, fns(params, x, y,
-                                                                       noise))).mean()
-
-    def with_prior(prior_module, mixture_of):
-        def init_both(key):
-            return {"model": init(key), "prior": prior_module.init(key)["params"]}
-
-        def loss(params, x, y, key):
-            mean, logvar = apply(params["model"], x, y, method="encode")
-            z = reparameterize(key, mean, logvar)
-            mixture = mixture_of(params, prior_module.apply({"params": params["prior"]}))
-            kl = (obj.gaussian_log_density(z, mean, logvar)
-                  - lp.diagonal_log_density(mixture, z, y))
-            logits = apply(params["model"], z, y, method="decode")
-            return (reconstruction(logits, x, "bernoulli") + kl).mean()
-
-        return init_both, loss
-
-    vamp = with_prior(lp.PseudoInputs(per_class=50), lambda params, u: lp.vamp_components(
-        lambda images, labels: apply(params["model"], images, labels, method="encode"), u))
-    mixture = with_prior(lp.GaussianMixturePrior(components=10, latent_dim=config.latent_dim),
-                         lambda params, out: out)
-    return {"elbo": (init, elbo), f"iwae-k{K}": (init, iwae), f"dreg-k{K}": (init, dreg),
-            "vamp-50": vamp, "learned-mixture-10": mixture}
+def cvae_losses(config):
+    """{name: (init_fn, loss_fn)} of the one-latent CVAE's options."""
+    config = config.replace(free_bits=0.0)
+    return {"elbo": candidate(config),
+            f"iwae-k{K}": candidate(config.replace(objective="iwae", importance_samples=K)),
+            f"dreg-k{K}": candidate(config.replace(objective="dreg", importance_samples=K)),
+            "vamp-50": candidate(config.replace(prior="vamp", pseudo_inputs=50)),
+            "learned-mixture-10": candidate(config.replace(prior="learned_mixture",
+                                                           prior_components=10))}
 
 
 def ladder_losses(config):
-    model = hv.create_ladder(config.replace(stochastic_layers=2, upper_latent_dim=8))
-    total = sum(model.latent_dims)
-
-    def init(key):
-        return hv.init_ladder(model, key)["params"]
-
-    def elbo(params, x, y, key):
-        out = model.apply({"params": params}, x, y, jax.random.normal(key, (x.shape[0], total)))
-        kl = sum(k.sum(-1) for k in hv.layer_kls(out))
-        return (reconstruction(out.logits, x, "bernoulli") + kl).mean()
-
-    def dreg(params, x, y, key):
-        noise = jax.random.normal(key, (K, x.shape[0], total))
-
-        def scored(p, z):
-            return model.apply({"params": p}, x, y, z, method="score")
-
-        def sample_fn(p):
-            return model.join([t.z for t in model.apply({"params": p}, x, y, noise).layers])
-
-        def log_joint_fn(p, z):
-            out = scored(p, z)
-            return -reconstruction(out.logits, x, "bernoulli") + hv.log_p(out, y)
-
-        weights = obj.dreg_log_weights(params, (sample_fn, lambda p, z: hv.log_q(scored(p, z)),
-                                                log_joint_fn))
-        return -obj.dreg_surrogate(*weights).mean()
-
-    return {"ladder-2": (init, elbo), f"ladder-2-dreg-k{K}": (init, dreg)}
+    """{name: (init_fn, loss_fn)} of a two-layer ladder (the top layer 8 wide)."""
+    ladder = config.replace(model="ladder", stochastic_layers=2, upper_latent_dim=8,
+                            free_bits=0.0)
+    return {"ladder-2": candidate(ladder),
+            f"ladder-2-dreg-k{K}": candidate(ladder.replace(objective="dreg",
+                                                            importance_samples=K))}
 
 
 def create_chunk(init_fn, loss_fn, x, y, steps: int):

@@ -37,8 +37,9 @@ OPTIONS = {
     "few-labels": lambda: presets.test().replace(
         prior="mixture", prior_components=2, epochs=2, labels="20", labelled_per_batch=4),
     "ladder": lambda: presets.test().replace(
-        stochastic_layers=2, upper_latent_dim=3, prior="mixture", prior_components=2, epochs=2,
-        free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6, truncation=0.6),
+        model="ladder", stochastic_layers=2, upper_latent_dim=3, prior="mixture",
+        prior_components=2, epochs=2, free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6,
+        truncation=0.6),
 }
 
 

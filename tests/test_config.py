@@ -2,7 +2,6 @@ import pytest
 
 from cvae.config import Config, ConfigError
 from cvae.presets import default, get_preset, likelihood, seed
-from cvae.model.levers import check_trainable
 
 
 def test_json_round_trip_is_exact():
@@ -73,7 +72,7 @@ def test_the_conv_preset_is_the_default_with_convolutions_for_100_epochs():
     changed = {field: value for field, value in config.to_dict().items()
                if value != default().to_dict()[field]}
     assert changed == {"architecture": "conv", "epochs": 100}
-    check_trainable(config.validate())
+    assert config.validate() == config
 
 
 def test_command_line_strings_are_coerced():
@@ -105,15 +104,25 @@ def test_model_lever_defaults_are_the_one_layer_elbo_model():
     assert (config.objective, config.importance_samples, config.stochastic_layers) == \
         ("elbo", 1, 1)
     assert config.prior == "mixture" and likelihood().prior == "mixture"
-    check_trainable(config)  # today's choices all train
+    assert config.model == "cvae"
+    assert config.validate() == config
 
 
 def test_a_config_stored_before_the_model_levers_loads_as_today():
     values = default().to_dict()
     for name in ("objective", "importance_samples", "stochastic_layers", "upper_latent_dim",
-                 "pseudo_inputs"):
+                 "pseudo_inputs", "model"):
         del values[name]
     assert Config.from_dict(values) == default()
+
+
+def test_a_config_stored_before_families_had_names_reads_its_family_from_its_depth():
+    values = default().replace(model="ladder", stochastic_layers=3).to_dict()
+    del values["model"]
+    assert Config.from_dict(values).model == "ladder"
+    values = default().to_dict()
+    del values["model"]
+    assert Config.from_dict(values).model == "cvae"
 
 
 @pytest.mark.parametrize("field, value, fragment", [
@@ -140,26 +149,42 @@ def test_importance_samples_need_an_importance_weighted_objective():
 @pytest.mark.parametrize("changes", [{"objective": "dreg", "importance_samples": 5},
                                      {"objective": "iwae", "importance_samples": 5},
                                      {"prior": "vamp"}, {"prior": "learned_mixture"},
-                                     {"stochastic_layers": 2}])
-def test_wired_levers_train_and_their_unwired_combinations_are_refused(changes):
+                                     {"model": "ladder", "stochastic_layers": 2}])
+def test_every_lever_validates_alone_and_with_the_combinations_once_refused(changes):
+    """`check_trainable` refused these levers with --labels N and --batch-norm: they now train
+    together (tests/test_model_combinations.py trains them), so the config takes them."""
     config = default().replace(**changes).validate()
     assert Config.from_json(config.to_json()) == config
-    check_trainable(config)
-    with pytest.raises(ConfigError, match=f"{next(iter(changes))}=.*not trained with --labels"):
-        check_trainable(config.replace(labels="100"))
-    with pytest.raises(ConfigError, match="not trained with --batch-norm"):
-        check_trainable(config.replace(batch_norm=True))
+    for more in ({"labels": "100"}, {"batch_norm": True}, {"dropout_rate": 0.2},
+                 {"labels": "100", "batch_norm": True}):
+        both = config.replace(**more).validate()
+        assert Config.from_json(both.to_json()) == both
 
 
-def test_the_ladder_trains_with_the_other_levers_but_not_convolutions_or_a_frozen_part():
-    config = default().replace(stochastic_layers=3, objective="dreg", importance_samples=5,
-                               prior="vamp").validate()
-    check_trainable(config)
-    with pytest.raises(ConfigError, match="stochastic_layers=3: not trained with "
-                                          "--architecture conv"):
-        check_trainable(config.replace(architecture="conv"))
-    with pytest.raises(ConfigError, match="stochastic_layers=3: not trained with --freeze"):
-        check_trainable(config.replace(freeze="decoder"))
+def test_the_ladder_validates_with_the_other_levers_convolutions_and_a_frozen_part():
+    config = default().replace(model="ladder", stochastic_layers=3, objective="dreg",
+                               importance_samples=5, prior="vamp").validate()
+    assert config.replace(architecture="conv").validate().architecture == "conv"
+    assert config.replace(freeze="decoder").validate().freeze == "decoder"
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"stochastic_layers": 2}, "stochastic_layers=2: --model ladder takes 2 or more"),
+    ({"model": "ladder"}, "stochastic_layers=1: --model ladder takes 2 or more"),
+    ({"model": "flow"}, "model='flow': allowed cvae, ladder"),
+    ({"objective": "iwae", "importance_samples": 5, "free_bits": 0.5},
+     "free_bits=0.5: only with --objective elbo"),
+    ({"objective": "dreg", "importance_samples": 5, "free_bits": 0.5},
+     "free_bits=0.5: only with --objective elbo"),
+    ({"model": "ladder", "stochastic_layers": 2, "objective": "dreg", "importance_samples": 2,
+      "free_bits": 0.1}, "free_bits=0.1: only with --objective elbo"),
+])
+def test_what_validation_still_refuses_names_the_field(changes, fragment):
+    """Free bits floor the ELBO's KL (the importance-weighted bounds have none), and a depth
+    belongs to the ladder family alone."""
+    with pytest.raises(ConfigError) as error:
+        default().replace(**changes).validate()
+    assert fragment in str(error.value)
 
 
 def test_the_likelihood_presets_second_stage_is_the_same_model_under_dreg():
@@ -168,4 +193,4 @@ def test_the_likelihood_presets_second_stage_is_the_same_model_under_dreg():
     first, second = likelihood(), get_preset("likelihood-dreg")
     assert first.diff(second) == {"objective": ("elbo", "dreg"), "importance_samples": (1, 5),
                                   "learning_rate": (1e-3, 1e-4), "epochs": (640, 20)}
-    check_trainable(second)  # DReG with this model trains: no lever refuses it
+    assert second.validate() == second  # DReG with this model trains: nothing refuses it

@@ -74,10 +74,12 @@ def test_the_backward_pass_has_no_convolution():
     variables = init_variables(model, jax.random.key(0))
     images, labels = jnp.zeros((4, 784)), jnp.arange(4)
 
+    noise = jax.random.normal(jax.random.key(1), (1, 4, model.noise_dim))
+
     def loss(params):
-        logits, _, _ = model.apply({**variables, "params": params}, images, labels,
-                                   jax.random.key(1))
-        return jnp.sum(logits)
+        terms = model.apply({**variables, "params": params}, images, labels, noise,
+                            method="terms")
+        return jnp.sum(terms.log_px)
 
     step = jax.make_jaxpr(jax.grad(loss))(variables["params"])
     assert primitives(step.jaxpr).count("conv_general_dilated") == 4  # 2 encoder, 2 decoder

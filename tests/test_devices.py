@@ -70,7 +70,7 @@ def test_a_model_lever_trains_the_same_on_four_devices_as_on_one(tmp_path):
     """The model levers at once, one device against four: a two-layer ladder trained with DReG
     (K = 3) under a VampPrior."""
     out = run_script(tmp_path, {"objective": "dreg", "importance_samples": 3, "prior": "vamp",
-                                "pseudo_inputs": 2, "stochastic_layers": 2,
+                                "pseudo_inputs": 2, "model": "ladder", "stochastic_layers": 2,
                                 "upper_latent_dim": 2})
     assert len(out["one"]) == len(out["four"]) == 8
     for single, parallel in zip(out["one"], out["four"]):

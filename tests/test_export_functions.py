@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from cvae import presets
 from cvae.errors import CheckpointError
 from cvae.export.functions import onnx_prior_sample, used_variables
 from cvae.export.manifest import is_export, verify_folder, write_manifest
@@ -54,20 +55,26 @@ def test_weights_keep_their_names_and_bits_through_safetensors(tmp_path):
 
 
 def test_each_function_holds_only_the_weights_it_reads():
+    """What each function keeps is the family's `EXPORT_MODULES` (cvae/model/interface.py)."""
+    config = presets.test()
     variables = {"params": {"encoder": 1, "decoder": 2, "classifier": 3},
                  "batch_stats": {"encoder": 4, "decoder": 5}, "prior": {"mixture": 6}}
-    assert used_variables(variables, "sample") == {
+    assert used_variables(variables, "sample", config) == {
         "params": {"decoder": 2}, "batch_stats": {"decoder": 5}, "prior": {"mixture": 6}}
-    assert used_variables(variables, "encode") == {
+    assert used_variables(variables, "encode", config) == {
         "params": {"encoder": 1, "decoder": 2}, "batch_stats": {"encoder": 4, "decoder": 5}}
-    assert used_variables(variables, "classify") == {"params": {"classifier": 3}}
+    assert used_variables(variables, "classify", config) == {"params": {"classifier": 3}}
+    ladder_config = config.replace(model="ladder", stochastic_layers=2)
     ladder = {"params": {"bottom": 1, "upper_0": 2, "bottom_up_heads_1": 3, "top_down_nets_0": 4,
-                         "top_down_heads_0": 5, "decoder_layers_1": 6, "pixels": 7},
-              "prior": {"mixture": 8}}  # its modules (cvae/model/hierarchical.py)
-    assert used_variables(ladder, "sample") == {"params": {
-        "top_down_nets_0": 4, "top_down_heads_0": 5, "decoder_layers_1": 6, "pixels": 7},
-        "prior": {"mixture": 8}}
-    assert used_variables(ladder, "encode") == {"params": ladder["params"]}
+                         "top_down_heads_0": 5, "decoder_layers_1": 6, "decoder_blocks_0": 9,
+                         "pixels": 7, "classifier": 10},
+              "prior": {"mixture": 8}}  # its modules (cvae/model/ladder.py)
+    assert used_variables(ladder, "sample", ladder_config) == {"params": {
+        "top_down_nets_0": 4, "top_down_heads_0": 5, "decoder_layers_1": 6,
+        "decoder_blocks_0": 9, "pixels": 7}, "prior": {"mixture": 8}}
+    assert used_variables(ladder, "encode", ladder_config) == {"params": {
+        k: v for k, v in ladder["params"].items() if k != "classifier"}}
+    assert used_variables(ladder, "classify", ladder_config) == {"params": {"classifier": 10}}
 
 
 def test_a_manifest_names_the_file_that_differs(tmp_path):

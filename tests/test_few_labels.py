@@ -24,8 +24,9 @@ from cvae.training.checkpoints import load_checkpoint
 from cvae.config import ConfigError, NUM_CLASSES
 from cvae.errors import ResumeError
 from cvae.training.loop import train_and_evaluate
-from cvae.model.losses import kl_divergence, reconstruction
-from cvae.model.networks import CVAE, create_model, init_variables
+from cvae.model import densities, objectives
+from cvae.model.objectives import RowTerms
+from cvae.model.registry import create_model, init_variables
 from cvae.data.splits import _LABELLED_SALT, _hash_keys, labelled_indices, split_training_set
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import create_train_state
@@ -91,7 +92,7 @@ def test_every_label_model_has_no_classifier_and_few_label_model_has_one():
 
 
 def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
-    config = SEMI.replace(kl_weight=2.0)
+    config = SEMI.replace(kl_weight=2.0, classifier_weight=0.5)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(3))
     data = synthetic_dataset(8)
@@ -99,30 +100,30 @@ def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
     y = jnp.asarray(data.train_labels[:3], jnp.int32)
     z_key = jax.random.key(7)
     outputs, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
-                                            x_unlabelled=x[3:], z_key=z_key, train=False,
-                                            rngs={}, mutable=[])
-    loss, terms = few_labels.semi_supervised_loss(outputs, kl_weight=2.0, labelled_share=0.25,
-                                                  classifier_weight=0.5, y_labelled=y)
+                                            x_unlabelled=x[3:], z_key=z_key, kl_weight=2.0,
+                                            train=False, rngs={}, mutable=[])
+    loss, terms = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=2.0,
+                                                  labelled_share=0.25, y_labelled=y)
 
     # By hand: each unlabelled image with each label on its own, with the noise of its row
     # (labelled rows first, then image i with label k at 3 + 10 i + k).
     noise = jax.random.normal(z_key, (3 + 5 * NUM_CLASSES, config.latent_dim))
 
     def neg_elbo(image, label, row):
-        mean, logvar = model.apply(variables, image[None], jnp.array([label]), method=CVAE.encode)
+        mean, logvar = model.apply(variables, image[None], jnp.array([label]), method="encode")
         z = mean + jnp.exp(0.5 * logvar) * noise[row]
-        logits = model.apply(variables, z, jnp.array([label]), method=CVAE.decode)
-        return float(reconstruction(logits, image[None], config.likelihood)[0]
-                     + 2.0 * kl_divergence(mean, logvar)[0])
+        logits = model.apply(variables, z, jnp.array([label]), method="decode")
+        return float(densities.reconstruction(logits, image[None], config.likelihood)[0]
+                     + 2.0 * densities.kl_per_dimension(mean, logvar).sum())
 
     unlabelled = []
     for i in range(5):
-        logits = model.apply(variables, x[3 + i][None], method=CVAE.classify)[0]
+        logits = model.apply(variables, x[3 + i][None], method="classify")[0]
         q = np.asarray(jax.nn.softmax(logits), np.float64)
         per_label = [neg_elbo(x[3 + i], k, 3 + NUM_CLASSES * i + k) for k in range(NUM_CLASSES)]
         unlabelled.append(np.sum(q * per_label) + np.sum(q * np.log(q)))
     labelled = [neg_elbo(x[j], int(y[j]), j) for j in range(3)]
-    class_logits = model.apply(variables, x[:3], method=CVAE.classify)
+    class_logits = model.apply(variables, x[:3], method="classify")
     cross_entropy = -np.mean(np.asarray(jax.nn.log_softmax(class_logits))[np.arange(3), y])
     assert float(terms["unlabelled_loss"]) == pytest.approx(np.mean(unlabelled), rel=1e-5)
     assert float(terms["labelled_loss"]) == pytest.approx(np.mean(labelled), rel=1e-5)
@@ -250,8 +251,10 @@ def test_shift_moves_each_image_by_at_most_the_bound_and_zero_is_identity():
     image = np.zeros((28, 28), np.float32)
     image[10:14, 12:15] = 1.0
     images = jnp.asarray(np.stack([image.reshape(-1)] * 64))
-    assert np.array_equal(few_labels.shift_images(jax.random.key(0), images, 0), images)
-    moved = np.asarray(few_labels.shift_images(jax.random.key(0), images, 2)).reshape(64, 28, 28)
+    assert np.array_equal(few_labels.shift_images(jax.random.key(0), images, 0, (28, 28)),
+                          images)
+    moved = np.asarray(few_labels.shift_images(jax.random.key(0), images, 2,
+                                               (28, 28))).reshape(64, 28, 28)
     rows, cols = np.nonzero(moved.sum(axis=2))[1], np.nonzero(moved.sum(axis=1))[1]
     assert rows.min() >= 8 and rows.max() <= 15 and cols.min() >= 10 and cols.max() <= 16
     assert np.all(moved.sum(axis=(1, 2)) == image.sum())  # nothing lost off the edge
@@ -259,29 +262,37 @@ def test_shift_moves_each_image_by_at_most_the_bound_and_zero_is_identity():
 
 
 def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
-    config = SEMI.replace(classifier_shift=2, consistency_weight=3.0)
+    config = SEMI.replace(classifier_shift=2, consistency_weight=3.0, classifier_weight=0.5)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(3))
     x = jnp.asarray(synthetic_dataset(8).train_images.reshape(8, -1) / 255.0, jnp.float32)
     y = jnp.zeros((3,), jnp.int32)
     plain, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
                                           x_unlabelled=x[3:], z_key=jax.random.key(1),
-                                          train=False, rngs={}, mutable=[])
-    assert plain[4] is None
+                                          kl_weight=1.0, train=False, rngs={}, mutable=[])
+    assert plain[3] is None
     shifted, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
                                             x_unlabelled=x[3:], z_key=jax.random.key(1),
-                                            train=False, rngs={}, mutable=[],
+                                            kl_weight=1.0, train=False, rngs={}, mutable=[],
                                             shift_key=jax.random.key(2))
-    assert shifted[0].shape == (8, NUM_CLASSES) and shifted[4].shape == (5, NUM_CLASSES)
-    base, terms = few_labels.semi_supervised_loss(shifted, kl_weight=1.0, labelled_share=0.1,
-                                                  classifier_weight=0.5, y_labelled=y)
+    assert shifted[0].shape == (8, NUM_CLASSES) and shifted[3].shape == (5, NUM_CLASSES)
+    base, terms = few_labels.semi_supervised_loss(
+        shifted, config=config.replace(consistency_weight=0.0), kl_weight=1.0,
+        labelled_share=0.1, y_labelled=y)
     with_consistency, _ = few_labels.semi_supervised_loss(
-        shifted, kl_weight=1.0, labelled_share=0.1, classifier_weight=0.5, y_labelled=y,
-        consistency_weight=3.0)
+        shifted, config=config, kl_weight=1.0, labelled_share=0.1, y_labelled=y)
     assert float(terms["consistency"]) > 0
     # float32 losses of a few hundred nats: their difference is good to about 1e-4
     assert float(with_consistency - base) == pytest.approx(3.0 * float(terms["consistency"]),
                                                            abs=5e-4)
+
+
+def elbo_rows(rec, kl_per_dim, kl_weight=1.0) -> RowTerms:
+    """The ELBO's rows from per-row reconstructions f32[R] and KLs per dimension f32[R, D]
+    (each dimension's KL in closed form, as the one-latent family's)."""
+    kl = kl_per_dim.sum(-1)
+    return RowTerms(rec + kl_weight * kl, rec, kl, kl_per_dim, jnp.zeros_like(rec), -(rec + kl),
+                    0)
 
 
 def test_entropy_weight_adds_the_unlabelled_readings_mean_entropy():
@@ -289,12 +300,12 @@ def test_entropy_weight_adds_the_unlabelled_readings_mean_entropy():
     logits = jnp.asarray(rng.normal(size=(5, NUM_CLASSES)), jnp.float32)  # 2 labelled, 3 not
     rec = jnp.asarray(rng.random(2 + 3 * NUM_CLASSES) * 100, jnp.float32)
     kl_per_dim = jnp.asarray(rng.random((2 + 3 * NUM_CLASSES, 3)), jnp.float32)
-    outputs, y = (logits, rec, kl_per_dim, 2, None), jnp.zeros((2,), jnp.int32)
-    base, terms = few_labels.semi_supervised_loss(outputs, kl_weight=1.0, labelled_share=0.1,
-                                                  classifier_weight=0.5, y_labelled=y)
-    minimised, _ = few_labels.semi_supervised_loss(outputs, kl_weight=1.0, labelled_share=0.1,
-                                                   classifier_weight=0.5, y_labelled=y,
-                                                   entropy_weight=2.0)
+    outputs, y = (logits, elbo_rows(rec, kl_per_dim), 2, None), jnp.zeros((2,), jnp.int32)
+    config = SEMI.replace(classifier_weight=0.5)
+    base, terms = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=1.0,
+                                                  labelled_share=0.1, y_labelled=y)
+    minimised, _ = few_labels.semi_supervised_loss(outputs, config=config.replace(
+        entropy_weight=2.0), kl_weight=1.0, labelled_share=0.1, y_labelled=y)
     q = jax.nn.softmax(logits[2:])
     entropy = float(-jnp.sum(q * jnp.log(q), axis=-1).mean())
     assert float(terms["entropy"]) == pytest.approx(entropy, rel=1e-5)
@@ -336,21 +347,25 @@ def test_virtual_adversarial_loss_is_zero_for_a_reading_that_ignores_the_image()
 
 def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     """With labelled_share 1 the unlabelled rows weigh nothing, and the floor acts on the
-    labelled rows' mean KL per dimension exactly as `cvae.model.losses.objective` does."""
-    from cvae.model.losses import objective
-
+    labelled rows' mean KL per dimension exactly as it does on a batch's mean
+    (`objectives.counted_kl`)."""
     rng = np.random.default_rng(0)
     rec = jnp.asarray(rng.random(4 + NUM_CLASSES) * 100, jnp.float32)  # 4 labelled, 1 not
     kl_per_dim = jnp.asarray(rng.random((4 + NUM_CLASSES, 3)) * 0.4, jnp.float32)
-    outputs = (jnp.zeros((5, NUM_CLASSES)), rec, kl_per_dim, 4, None)
+    outputs = (jnp.zeros((5, NUM_CLASSES)), elbo_rows(rec, kl_per_dim, 2.0), 4, None)
     y = jnp.zeros((4,), jnp.int32)
-    loss, _ = few_labels.semi_supervised_loss(outputs, kl_weight=2.0, labelled_share=1.0,
-                                              classifier_weight=0.0, y_labelled=y, free_bits=0.3)
-    expected = objective(rec[:4].mean(), kl_per_dim[:4].sum(-1).mean(), kl_per_dim[:4].mean(0),
-                         kl_weight=2.0, free_bits=0.3)
+    config = SEMI.replace(classifier_weight=0.0)
+    loss, _ = few_labels.semi_supervised_loss(outputs, config=config.replace(free_bits=0.3),
+                                              kl_weight=2.0, labelled_share=1.0, y_labelled=y)
+    labelled = kl_per_dim[:4]
+    expected = rec[:4].mean() + 2.0 * objectives.counted_kl(
+        labelled.sum(-1).mean(), labelled.mean(0), 0.0, 0, 0.3)
     assert float(loss) == pytest.approx(float(expected), rel=1e-6)
-    plain, _ = few_labels.semi_supervised_loss(outputs, kl_weight=2.0, labelled_share=1.0,
-                                               classifier_weight=0.0, y_labelled=y)
+    by_hand = float(rec[:4].mean()) + 2.0 * float(np.maximum(np.asarray(labelled).mean(0),
+                                                             0.3).sum())
+    assert float(loss) == pytest.approx(by_hand, rel=1e-6)
+    plain, _ = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=2.0,
+                                               labelled_share=1.0, y_labelled=y)
     assert float(loss) > float(plain)
 
 

@@ -49,6 +49,74 @@ def test_packages_import_each_other_without_a_cycle():
     graphlib.TopologicalSorter(graph).static_order()  # raises CycleError naming the cycle
 
 
+def test_modules_import_each_other_without_a_cycle():
+    """No cycle among the modules of `cvae/` and `service/` either, function-local imports
+    included (a cycle there is one a later refactor turns into an import error)."""
+    graph = import_graph.module_graph()
+    assert {"cvae.model.interface", "cvae.model.registry", "cvae.model.objectives"} <= set(graph)
+    graphlib.TopologicalSorter(graph).static_order()  # raises CycleError naming the cycle
+
+
+def test_the_model_registry_imports_no_family_and_no_jax_at_its_top():
+    """The config reads the registry's names, so the registry stays light: families are
+    imported by name when one is built (importlib), never by an import statement."""
+    tree = ast.parse((ROOT / "cvae/model/registry.py").read_text())
+    top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
+           for alias in node.names}
+    top |= {node.module.split(".")[0] for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module}
+    assert top <= {"__future__", "importlib", "os"}
+    assert not import_graph.module_graph()["cvae.model.registry"] & {
+        module for module in import_graph.module_paths() if module.startswith("cvae.model.")}
+
+
+# ---- no caller asks which family it holds ------------------------------------------------------
+
+# Names of model classes, today's and the deleted ones', that a caller could dispatch on.
+FAMILY_CLASSES = ("Family", "OneLatent", "Ladder", "LadderCVAE", "CVAE")
+# isinstance checks on a variable called `model` that are not about a family: a file or bytes.
+NOT_A_FAMILY = {"bytes", "str", "Path", "os.PathLike"}
+
+
+def family_dispatch(path: Path) -> list[str]:
+    """`isinstance(..., <a family class>)`, `isinstance(model, ...)` other than a file's type
+    check, and any mention of the deleted `uses_levers`, as `path:line: source`."""
+    text = path.read_text()
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for number, line in enumerate(text.splitlines(), 1) if "uses_levers" in line]
+    for node in ast.walk(ast.parse(text)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance" and len(node.args) == 2):
+            continue
+        subject, classes = node.args
+        names = {ast.unparse(n) for n in (classes.elts if isinstance(classes, ast.Tuple)
+                                          else [classes])}
+        by_family = any(name.split(".")[-1] in FAMILY_CLASSES for name in names)
+        on_model = ast.unparse(subject).split(".")[-1] == "model" and not names <= NOT_A_FAMILY
+        if by_family or on_model:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_asks_which_model_family_it_holds():
+    """`grep -rn "isinstance(.*Ladder\\|isinstance(model\\|uses_levers" cvae service` finds
+    nothing but a file's type check: every caller goes through the `Family` interface
+    (cvae/model/interface.py), so a new family is one module and one registry line."""
+    assert [hit for path in SOURCES for hit in family_dispatch(path)] == []
+
+
+def test_the_family_dispatch_checker_finds_each_kind_of_dispatch(tmp_path, monkeypatch):
+    """The checker sees what it looks for: a family class, a non-file check on `model`, the
+    deleted lever switch; a file's type check on `model` (line 3) passes."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    source = tmp_path / "probe.py"
+    source.write_text("if isinstance(model, hierarchical.LadderCVAE):\n    pass\n"
+                      "ok = isinstance(model, bytes)\n"
+                      "flag = isinstance(self.model, (OneLatent, int))\n"
+                      "use = lever_losses.uses_levers(config)\n")
+    assert [hit.split(":")[1] for hit in family_dispatch(source)] == ["5", "1", "4"]
+
+
 def test_every_stage_is_a_package_with_a_light_init():
     """`__init__.py` files hold a docstring and import nothing, so importing one stage's module
     loads only what that module needs."""

@@ -88,7 +88,7 @@ def test_components_are_drawn_by_weight_at_any_temperature(temperature):
 
 
 def test_pseudo_inputs_are_pixels_near_the_papers_start():
-    module = lp.PseudoInputs(per_class=3, pixels=16)
+    module = lp.PseudoInputs(per_class=3, pixels=16, num_classes=10)
     variables = module.init(jax.random.key(4))
     u = module.apply(variables)
     assert u.shape == (10, 3, 16)
@@ -112,7 +112,7 @@ def test_vamp_prior_of_a_cvae_has_a_finite_density_and_trains_its_pseudo_inputs(
     config = presets.test()
     model = create_model(config)
     variables = init_variables(model, jax.random.key(5))
-    pseudo = lp.PseudoInputs(per_class=2)
+    pseudo = lp.PseudoInputs(per_class=2, pixels=784, num_classes=10)
     pseudo_variables = pseudo.init(jax.random.key(6))
     z = jax.random.normal(jax.random.key(7), (8, config.latent_dim))
     labels = jnp.arange(8) % 10

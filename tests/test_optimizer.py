@@ -1,3 +1,5 @@
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -5,9 +7,9 @@ import optax
 import pytest
 
 from cvae import presets
-from cvae.model.registry import create_model
+from cvae.model.registry import create_model, init_variables, param_groups
 from cvae.training.optimizer import (create_kl_weight_schedule, create_learning_rate_schedule,
-                                     create_optimizer)
+                                     create_optimizer, freeze_labels)
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import create_train_step, ema_decay_at, ema_update, run_key, to_batch
 from cvae.training.supervision import FullLabels
@@ -85,6 +87,40 @@ def test_frozen_encoder_does_not_change():
     assert moved == {"encoder": False, "decoder": True}
 
 
+LADDER = presets.test().replace(model="ladder", stochastic_layers=2, upper_latent_dim=3)
+
+
+def test_freeze_labels_read_the_familys_param_groups():
+    """`--freeze` holds the modules of the family's PARAM_GROUPS entry: a ladder's list modules
+    (`upper_0`, `bottom_up_heads_1`) count by their name less the index."""
+    params = jax.device_get(init_variables(create_model(LADDER), run_key(0))["params"])
+    groups = param_groups(LADDER)
+    assert groups == create_model(LADDER).PARAM_GROUPS
+    for part, other in (("encoder", "decoder"), ("decoder", "encoder")):
+        labels = freeze_labels(params, groups[part])
+        for top in params:
+            name = re.sub(r"_\d+$", "", top)
+            expected = "frozen" if name in groups[part] else "trainable"
+            assert {*jax.tree.leaves(labels[top])} == {expected}, (part, top)
+            assert not (name in groups[part] and name in groups[other])
+    frozen = {top for top in params if {*jax.tree.leaves(freeze_labels(params, groups["encoder"])
+                                                         [top])} == {"frozen"}}
+    assert {"bottom", "upper_0", "bottom_up_heads_0", "bottom_up_heads_1"} <= frozen
+    assert not frozen & {"top_down_nets_0", "top_down_heads_0", "pixels"}
+    assert param_groups(presets.test()) == {"encoder": ("encoder",), "decoder": ("decoder",)}
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_a_frozen_ladder_part_does_not_change_and_the_rest_trains(part):
+    snapshots, _, history = train(LADDER.replace(freeze=part), steps=2)
+    assert all(np.isfinite(h["loss"]) for h in history)
+    moved = changed(snapshots[0], snapshots[-1])
+    groups = param_groups(LADDER)
+    for top, did in moved.items():
+        frozen = re.sub(r"_\d+$", "", top) in groups[part]
+        assert did != frozen, (top, did)
+
+
 def test_ema_equals_its_closed_form():
     decay = 0.9
     params, state, _ = train(presets.test().replace(ema_decay=decay), steps=3)
@@ -121,8 +157,9 @@ def test_batch_norm_stats_update_in_train_and_not_in_eval():
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before),
                                                          jax.tree.leaves(after)))
     batch = batches(1)[0]
-    _, mutated = model.apply(state.eval_variables(), batch["image"], batch["label"], key,
-                             train=False, mutable=["batch_stats"])
+    noise = jax.random.normal(key, (1, 16, model.noise_dim))
+    _, mutated = model.apply(state.eval_variables(), batch["image"], batch["label"], noise,
+                             method="terms", train=False, mutable=["batch_stats"])
     for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(jax.device_get(mutated))):
         np.testing.assert_array_equal(a, b)
 
@@ -132,12 +169,12 @@ def test_dropout_is_on_in_training_and_off_in_evaluation():
     model = create_model(config)
     _, state, _ = train(config, steps=1)
     batch = batches(1)[0]
-    z_key = jax.random.key(1)
+    noise = jax.random.normal(jax.random.key(1), (1, 16, model.noise_dim))
 
     def apply(train: bool, dropout_seed: int):
         return np.asarray(model.apply(state.eval_variables(), batch["image"], batch["label"],
-                                      z_key, train=train,
-                                      rngs={"dropout": jax.random.key(dropout_seed)})[0])
+                                      noise, method="terms", train=train,
+                                      rngs={"dropout": jax.random.key(dropout_seed)}).log_px)
 
     # Evaluation ignores the dropout key it is handed: no unit is dropped.
     np.testing.assert_array_equal(apply(False, 2), apply(False, 3))

@@ -15,7 +15,7 @@ from cvae.model import prior
 from cvae.training.callbacks import Checkpointer
 from cvae.training.checkpoints import load_checkpoint
 from cvae.training.loop import train_and_evaluate
-from cvae.model.networks import CVAE, create_model, init_variables
+from cvae.model.registry import create_model, init_variables
 from cvae.sampling.sampler import load_sampler
 from cvae.data.synthetic import synthetic_dataset, synthetic_images
 
@@ -88,10 +88,10 @@ def test_the_unfitted_mixture_is_the_standard_prior():
     noise = jax.random.normal(jax.random.key(1), (6, config.latent_dim))
     labels = jnp.arange(6)
     np.testing.assert_allclose(
-        model.apply(variables, noise, labels, method=CVAE.log_prior),
-        standard.apply(plain, noise, labels, method=CVAE.log_prior), rtol=1e-5)
-    np.testing.assert_allclose(model.apply(variables, noise, labels, method=CVAE.generate),
-                               standard.apply(plain, noise, labels, method=CVAE.generate),
+        model.apply(variables, noise, labels, sampling=True, method="log_prior"),
+        standard.apply(plain, noise, labels, sampling=True, method="log_prior"), rtol=1e-5)
+    np.testing.assert_allclose(model.apply(variables, noise, labels, method="generate"),
+                               standard.apply(plain, noise, labels, method="generate"),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -103,8 +103,8 @@ def test_standard_prior_generates_exactly_what_decode_does():
     assert set(variables) == {"params"}
     noise = jax.random.normal(jax.random.key(1), (4, config.latent_dim))
     labels = jnp.arange(4)
-    np.testing.assert_array_equal(model.apply(variables, noise, labels, method=CVAE.generate),
-                                  model.apply(variables, noise, labels, method=CVAE.decode))
+    np.testing.assert_array_equal(model.apply(variables, noise, labels, method="generate"),
+                                  model.apply(variables, noise, labels, method="decode"))
 
 
 @pytest.mark.parametrize("codes", ["samples", "means"])

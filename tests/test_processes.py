@@ -177,8 +177,9 @@ def test_two_processes_equal_one_process_with_two_devices_and_write_once(
     assert not list(previous.glob(".write-test*"))
 
 
-LEVER_FLAGS = ["--stochastic-layers", 2, "--upper-latent-dim", 2, "--objective", "dreg",
-               "--importance-samples", 3, "--prior", "vamp", "--pseudo-inputs", 2, "--epochs", 2]
+LEVER_FLAGS = ["--model", "ladder", "--stochastic-layers", 2, "--upper-latent-dim", 2,
+               "--objective", "dreg", "--importance-samples", 3, "--prior", "vamp",
+               "--pseudo-inputs", 2, "--epochs", 2]
 
 
 @pytest.mark.determinism

@@ -138,8 +138,9 @@ def test_disk_full_during_save_says_so_and_keeps_the_previous_checkpoint(data_di
     assert not list(checkpoint_dir.glob("*orbax-checkpoint-tmp*"))  # the partial save is gone
 
 
-LEVER_FLAGS = ["--stochastic-layers", "2", "--upper-latent-dim", "2", "--objective", "dreg",
-               "--importance-samples", "3", "--prior", "learned_mixture", "--prior-components", "3"]
+LEVER_FLAGS = ["--model", "ladder", "--stochastic-layers", "2", "--upper-latent-dim", "2",
+               "--objective", "dreg", "--importance-samples", "3", "--prior", "learned_mixture",
+               "--prior-components", "3"]
 
 
 @pytest.mark.determinism

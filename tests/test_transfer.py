@@ -21,15 +21,16 @@ def trained_sampler(transfer_run):
 
 
 def test_codes_are_decoded_by_the_model_as_they_are(sampler, trained_run):
-    """A transfer's rows are posterior latents: decoded by CVAE.decode itself, whatever the
-    sampler does to prior draws."""
-    from cvae.model.networks import CVAE, create_model, pixel_means
+    """A transfer's rows are posterior latents: decoded by the model's `decode` itself,
+    whatever the sampler does to prior draws."""
+    from cvae.model.densities import pixel_means
+    from cvae.model.registry import create_model
 
     image, label = trained_run.data.test_images[2], int(trained_run.data.test_labels[2])
     [codes] = transfer_latents([TransferRequest(image, label, DIGITS, 0, 0)], sampler)
     model = create_model(sampler.config)
     direct = pixel_means(model.apply(sampler.variables, codes.z, codes.labels,
-                                     method=CVAE.decode),
+                                     method="decode"),
                          sampler.config.pixel_sharpness).reshape(-1, 28, 28)
     np.testing.assert_allclose(sampler.decode_codes(codes.z, codes.labels), direct, atol=1e-6)
 

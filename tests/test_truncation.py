@@ -60,7 +60,8 @@ def test_a_truncated_draw_keeps_its_component():
 @pytest.mark.parametrize("changes", [
     {"prior": "standard"},
     {"prior": "mixture", "prior_components": 3},
-    {"prior": "mixture", "prior_components": 2, "stochastic_layers": 2, "upper_latent_dim": 3},
+    {"prior": "mixture", "prior_components": 2, "model": "ladder", "stochastic_layers": 2,
+     "upper_latent_dim": 3},
 ], ids=["standard", "mixture", "ladder"])
 def test_the_sampler_draws_short_noise_as_before_and_pulls_in_the_rest(changes):
     config = presets.test().replace(**changes)

@@ -172,18 +172,21 @@ def batch_loss(rows: RowTerms, *, objective: str, kl_weight, free_bits: float,
 
 def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Array,
                      num_classes: int) -> jax.Array:
-    """IWAE_K bound on log p(x | y) for every label y: f32[B, classes], in one batched call.
+    """IWAE_K bound on log p(x | y) for every label y: f32[B, classes], in one call.
 
-    log_weights_fn(images f32[R, P], labels i32[R], noise f32[K, R, D]) -> f32[K, R]; noise
+    log_weights_fn(images f32[B, P], labels i32[B], noise f32[K, B, D]) -> f32[K, B]; noise
     f32[K, B, D] is shared by an image's labels (common random numbers: the labels' bounds
-    differ by the model, not by the draws). Rows are label-major: row y * B + b.
+    differ by the model, not by the draws). The labels take their turn in a compiled loop
+    (`lax.map`), so the memory is one label's K x B decoder rows, not every label's: all ten
+    at once, a convolutional decoder's maps for a block of 1,024 digits took about 6 GB of
+    scratch (tests/test_convolution.py).
     """
     b = images.shape[0]
-    labels = jnp.repeat(jnp.arange(num_classes, dtype=jnp.int32), b)
-    tiled_images = jnp.tile(images, (num_classes, 1))
-    tiled_noise = jnp.tile(noise, (1, num_classes, 1))
-    bounds = iwae_bound(log_weights_fn(tiled_images, labels, tiled_noise))
-    return bounds.reshape(num_classes, b).T
+
+    def one_label(label):
+        return iwae_bound(log_weights_fn(images, jnp.full((b,), label, jnp.int32), noise))
+
+    return jax.lax.map(one_label, jnp.arange(num_classes, dtype=jnp.int32)).T
 
 
 def bayes_classify(label_bounds: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -212,9 +215,9 @@ _BAYES_SEED = 0  # its draws are fixed: a picture's reading depends on the pictu
 
 def create_bayes_classify_fn(model, num_samples: int = BAYES_SAMPLES) -> Callable:
     """Jitted `classify(variables, images f32[B, P] in [0, 1]) -> p(y | x) f32[B, classes]`:
-    every label's IWAE bound on log p(x | y) in one batched call, normalised under a uniform
-    p(y). The draws are fixed (seed 0, one noise vector per draw, the same for every row), so
-    a row's reading does not depend on its neighbours."""
+    every label's IWAE bound on log p(x | y) in one call (a label at a time), normalised under
+    a uniform p(y). The draws are fixed (seed 0, one noise vector per draw, the same for every
+    row), so a row's reading does not depend on its neighbours."""
 
     @jax.jit
     def classify(variables, images):

@@ -24,9 +24,10 @@ def register(name: str, module: str) -> None:
 
 
 def _register_from_environment() -> None:
-    for entry in filter(None, os.environ.get(ENV_FAMILIES, "").split(",")):
-        name, _, module = entry.partition("=")
-        register(name.strip(), module.strip())
+    for entry in os.environ.get(ENV_FAMILIES, "").split(","):
+        name, _, module = (part.strip() for part in entry.partition("="))
+        if name:  # a blank entry (a trailing comma and space) names no family
+            register(name, module)
 
 
 def names() -> tuple[str, ...]:

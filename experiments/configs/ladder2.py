@@ -11,7 +11,7 @@ budget here is 10 minutes), one seed; ranking bounds: -log p(x|y) 83.59, sample 
 
 from experiments.pins import RANKING
 
-STAGES = [["--stochastic-layers", "2", "--upper-latent-dim", "8"]]
+STAGES = [["--model", "ladder", "--stochastic-layers", "2", "--upper-latent-dim", "8"]]
 EVAL = RANKING
 BASELINE = "default"
 BUDGET_MINUTES = 10

@@ -1,22 +1,24 @@
-"""The training loss of each model lever (cvae/model/lever_losses.py) on tiny shapes: the ELBO
-path is today's loss, free bits act per layer, the importance-weighted objectives share their
-value and differ in their gradient, learned priors get gradients and are written in the
-fitted mixture's format."""
+"""Every objective through the one path (cvae/model/objectives.py on a family's `Terms`), on
+tiny shapes: the one-latent ELBO is the loss written out by hand, free bits act per layer of a
+ladder, the importance-weighted objectives share their value and differ in their gradient,
+learned priors get gradients and are written in the fitted mixture's format, which `cvae eval`
+scores as the live prior."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from cvae import presets
-from cvae.evaluation import iwae
-from cvae.model import hierarchical as hv
-from cvae.model import lever_losses as ll
+from cvae.model import densities, objectives
 from cvae.model import prior as prior_lib
-from cvae.model.losses import vae_loss
 from cvae.model.registry import create_model, init_variables
+from cvae.training.loop import create_prior_fit
+from cvae.training.step import create_train_state
+from cvae.training.supervision import FullLabels
 
 B = 6
 
@@ -27,34 +29,47 @@ def batch():
 
 
 def ladder(prior="standard", **changes):
-    config = presets.test().replace(stochastic_layers=2, upper_latent_dim=3, prior=prior,
-                                       prior_components=3, pseudo_inputs=2, **changes)
-    model = hv.create_ladder(config)
-    return model, hv.init_ladder(model, jax.random.key(0)), config
+    config = presets.test().replace(model="ladder", stochastic_layers=2, upper_latent_dim=3,
+                                    prior=prior, prior_components=3, pseudo_inputs=2, **changes)
+    model = create_model(config)
+    return model, init_variables(model, jax.random.key(0)), config
 
 
 def loss_of(model, variables, config, kl_weight=1.0, key=2):
+    """The batch's (loss, terms) under the config's objective, as the train step takes them."""
     x, y = batch()
-    noise = ll.draw_noise(jax.random.key(key), model, config=config, batch=B)
-    return ll.lever_loss(model, variables, images=x, labels=y, noise=noise, config=config,
-                         kl_weight=kl_weight)
+    noise = objectives.draw_noise(jax.random.key(key), model,
+                                  samples=config.importance_samples, batch=B)
+    rows, _, _ = objectives.row_terms(model, variables, images=x, labels=y, noise=noise,
+                                      objective=config.objective, kl_weight=kl_weight)
+    return objectives.batch_loss(rows, objective=config.objective, kl_weight=kl_weight,
+                                 free_bits=config.free_bits)
+
+
+def written_prior(model, variables, config) -> dict:
+    """The "prior" collection the training loop writes for a learned prior (create_prior_fit)."""
+    state = create_train_state(model, optax.adam(1e-3), config, key=jax.random.key(0))
+    state = state.replace(params=variables["params"])
+    write = create_prior_fit(model, config, FullLabels(config))
+    return write(state, None, None, None).prior
 
 
 @pytest.mark.parametrize("free_bits", [0.0, 0.5])
-def test_the_one_latent_elbo_is_todays_loss(free_bits):
+def test_the_one_latent_elbo_is_the_loss_written_out(free_bits):
     config = presets.test().replace(prior="standard", free_bits=free_bits)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     x, y = batch()
-    noise = ll.draw_noise(jax.random.key(2), model, config=config, batch=B)
-    loss, terms = ll.lever_loss(model, variables, images=x, labels=y, noise=noise,
-                                config=config, kl_weight=0.7)
+    loss, terms = loss_of(model, variables, config, kl_weight=0.7)
+    noise = objectives.draw_noise(jax.random.key(2), model, samples=1, batch=B)
     mean, logvar = model.apply(variables, x, y, method="encode")
     logits = model.apply(variables, mean + jnp.exp(0.5 * logvar) * noise[0], y,
                          method="decode")
-    expected, _ = vae_loss(logits, x, mean=mean, logvar=logvar, likelihood="bernoulli",
-                           kl_weight=0.7, free_bits=free_bits)
-    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    rec = densities.reconstruction(logits, x, "bernoulli").mean()
+    per_dim = densities.kl_per_dimension(mean, logvar).mean(axis=0)
+    counted = jnp.maximum(per_dim, free_bits).sum() if free_bits else per_dim.sum()
+    np.testing.assert_allclose(loss, rec + 0.7 * counted, rtol=1e-5)
+    np.testing.assert_allclose(terms["kl"], per_dim.sum(), rtol=1e-5)
     assert set(terms) >= {"reconstruction", "kl", "loss"}
 
 
@@ -62,7 +77,7 @@ def test_ladder_free_bits_floor_every_layer_and_warm_up_scales_the_kl():
     model, variables, config = ladder()
     _, terms = loss_of(model, variables, config)
     floored, _ = loss_of(model, variables, config.replace(free_bits=50.0), kl_weight=0.5)
-    np.testing.assert_allclose(floored, terms["reconstruction"] + 0.5 * 50.0 * model.total_dim,
+    np.testing.assert_allclose(floored, terms["reconstruction"] + 0.5 * 50.0 * model.noise_dim,
                                rtol=1e-5)
     cold, _ = loss_of(model, variables, config, kl_weight=0.0)
     np.testing.assert_allclose(cold, terms["reconstruction"], rtol=1e-5)
@@ -92,18 +107,16 @@ def test_iwae_and_dreg_share_their_value_and_differ_in_their_gradient(prior):
 @pytest.mark.parametrize("prior", ["vamp", "learned_mixture"])
 def test_a_learned_prior_is_written_in_the_fitted_mixtures_format(prior):
     model, variables, config = ladder(prior)
-    collection = ll.learned_prior_collection(model, {"params": variables["params"]})
-    shapes = jax.tree.map(jnp.shape, collection["mixture"])
+    collection = written_prior(model, variables, config)
+    shapes = jax.tree.map(jnp.shape, dict(collection["mixture"]))
     assert shapes == jax.tree.map(jnp.shape, dict(variables[prior_lib.COLLECTION]["mixture"]))
     written = {"params": variables["params"], prior_lib.COLLECTION: collection}
     # cvae eval's bound through the collection is the bound through the live prior.
     x, y = batch()
-    noise = jax.random.normal(jax.random.key(3), (2, B, model.total_dim))
-    evaluated = iwae.log_weights_fn(model, written, "bernoulli")(x, y, noise)
-    fns = ll.weight_functions(model, {"params": variables["params"]}, images=x, labels=y,
-                              noise=noise, likelihood="bernoulli", kl_weight=1.0)
-    z = fns[0](variables["params"])
-    live = fns[2](variables["params"], z) - fns[1](variables["params"], z)
+    noise = jax.random.normal(jax.random.key(3), (2, B, model.noise_dim))
+    evaluated = objectives.sampling_log_weights_fn(model, written)(x, y, noise)
+    live = objectives.log_weights(model.apply({"params": variables["params"]}, x, y, noise,
+                                              method="terms"))
     np.testing.assert_allclose(evaluated, live, rtol=1e-4, atol=1e-3)
     logits = model.apply(written, noise[0], y, method="generate")
     assert logits.shape == (B, 784) and np.all(np.isfinite(logits))
@@ -114,15 +127,15 @@ def test_the_learned_top_layer_kl_counts_in_the_elbo():
     loss, terms = loss_of(model, variables, config)
     assert np.isfinite(float(loss)) and float(terms["kl"]) > 0
     floored, _ = loss_of(model, variables, config.replace(free_bits=50.0))
-    np.testing.assert_allclose(floored, terms["reconstruction"] + 50.0 * model.total_dim,
+    np.testing.assert_allclose(floored, terms["reconstruction"] + 50.0 * model.noise_dim,
                                rtol=1e-5)
 
 
 @pytest.mark.parametrize("prior,objective", [("vamp", "elbo"), ("learned_mixture", "dreg")])
 def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objective):
     config = presets.test().replace(prior=prior, prior_components=3, pseudo_inputs=2,
-                                       objective=objective,
-                                       importance_samples=1 if objective == "elbo" else 3)
+                                    objective=objective,
+                                    importance_samples=1 if objective == "elbo" else 3)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     part = "pseudo_inputs" if prior == "vamp" else "learned"
@@ -131,12 +144,12 @@ def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objecti
         variables["params"])
     assert any(np.abs(np.asarray(g)).max() > 0 for g in jax.tree.leaves(grads[part]))
     written = {"params": variables["params"],
-               prior_lib.COLLECTION: ll.learned_prior_collection(model, variables)}
+               prior_lib.COLLECTION: written_prior(model, variables, config)}
     x, y = batch()
     noise = jax.random.normal(jax.random.key(4), (B, config.latent_dim))
     assert model.apply(written, noise, y, method="generate").shape == (B, 784)
     # The collection's density is the learned prior's: cvae eval scores the prior it samples.
-    z = noise[None]
-    live = ll.learned_log_prior(model, variables)(z, y)[0]
-    np.testing.assert_allclose(model.apply(written, noise, y, method="log_prior"), live,
-                               rtol=1e-4, atol=1e-3)
+    live = model.apply({"params": variables["params"]}, noise[None], y, sampling=False,
+                       method="log_prior")[0]
+    np.testing.assert_allclose(model.apply(written, noise, y, sampling=True,
+                                           method="log_prior"), live, rtol=1e-4, atol=1e-3)

@@ -1,0 +1,82 @@
+"""Combinations `cvae train` once refused by name (cvae/model/levers.py's `check_trainable`,
+deleted with the one objective path) now train: each runs a few steps of `train_and_evaluate`
+on synthetic digits, through its own supervision, validation and prior, with finite figures;
+and one of them resumes bit for bit."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from trees import tree_equal
+
+from cvae import presets
+from cvae.data.synthetic import synthetic_dataset
+from cvae.training.callbacks import Callback, Checkpointer, NanGuard
+from cvae.training.loop import train_and_evaluate
+
+BASE = presets.test()
+LADDER = {"model": "ladder", "stochastic_layers": 2, "upper_latent_dim": 2}
+FEW_LABELS = {"labels": "20", "labelled_per_batch": 4}
+
+COMBINATIONS = {
+    "m2-dreg": {"objective": "dreg", "importance_samples": 3, **FEW_LABELS},
+    "m2-ladder-iwae": {"objective": "iwae", "importance_samples": 2, **LADDER, **FEW_LABELS},
+    "ladder-conv": {"architecture": "conv", "hidden_sizes": (16,), **LADDER},
+    "ladder-batch-norm-dropout": {"batch_norm": True, "dropout_rate": 0.2, **LADDER},
+    "vamp-few-labels": {"prior": "vamp", "pseudo_inputs": 2, **FEW_LABELS},
+    "learned-mixture-batch-norm": {"prior": "learned_mixture", "prior_components": 2,
+                                   "batch_norm": True},
+    "dreg-dropout": {"objective": "dreg", "importance_samples": 2, "dropout_rate": 0.2},
+}
+
+
+class Losses(Callback):
+    """Every step's training figures, and the validation figures of every evaluation."""
+
+    def __init__(self):
+        self.steps, self.evaluations = [], []
+
+    def on_step_end(self, run, metrics):
+        self.steps.append({name: np.asarray(values) for name, values in metrics.items()})
+
+    def on_eval_end(self, run, metrics):
+        self.evaluations.append(metrics)
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_a_once_refused_combination_trains_with_finite_figures(name, tmp_path):
+    config = BASE.replace(**COMBINATIONS[name]).validate()
+    losses = Losses()
+    run = train_and_evaluate(config, synthetic_dataset(80), tmp_path,
+                             callbacks=[NanGuard(), losses])
+    assert run.stop_reason is None and run.step >= 3
+    for name_ in ("loss", "reconstruction", "kl", "grad_norm"):
+        values = np.concatenate([step[name_].reshape(-1) for step in losses.steps])
+        assert len(values) == run.step and np.all(np.isfinite(values)), name_
+    last = losses.evaluations[-1]
+    assert all(np.isfinite(value) for value in last.values() if isinstance(value, float))
+    if config.labelled_count is not None:  # M2: q(y|x) is trained and read
+        assert "classifier_error" in " ".join(last)
+    if config.batch_norm:
+        assert jax.tree.leaves(run.state.batch_stats)
+    if config.prior in ("vamp", "learned_mixture"):  # written where a fitted mixture would be
+        assert run.state.prior["mixture"]["means"].shape[:2] == (
+            10, config.pseudo_inputs if config.prior == "vamp" else config.prior_components)
+
+
+@pytest.mark.determinism
+def test_a_ladder_with_batch_norm_and_dropout_resumes_bit_for_bit(tmp_path):
+    """Dropout's masks come from the step's key and BatchNorm's statistics ride in the state:
+    stopped mid-run and resumed, the run ends where the uninterrupted one does."""
+    config = BASE.replace(epochs=2, steps_per_call=3, **COMBINATIONS["ladder-batch-norm-dropout"])
+    data = synthetic_dataset(80)  # 4 steps an epoch: 8 in all
+    straight = train_and_evaluate(config, data, tmp_path / "straight", callbacks=[Checkpointer()])
+    stopped = train_and_evaluate(config.replace(max_steps=5), data, tmp_path / "resumed",
+                                 callbacks=[Checkpointer()])
+    assert stopped.step == 5
+    resumed = train_and_evaluate(config, data, tmp_path / "resumed", callbacks=[Checkpointer()])
+    assert resumed.start_step == 5 and resumed.step == straight.step == 8
+    for part in ("params", "opt_state", "batch_stats"):
+        assert tree_equal(jax.device_get(getattr(straight.state, part)),
+                          jax.device_get(getattr(resumed.state, part))), part
