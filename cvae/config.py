@@ -33,8 +33,7 @@ Prior = Literal["standard", "mixture", "vamp", "learned_mixture"]
 Objective = Literal["elbo", "iwae", "dreg"]
 PriorCodes = Literal["samples", "means"]
 
-# MNIST's class count, for the modules that have not yet moved to `spec_of(config.dataset)`
-# (the model and the training step); a dataset's own count is `Config.spec.num_classes`.
+# For tests/test_few_labels.py only: a run's class count is `Config.spec.num_classes`.
 NUM_CLASSES = 10
 MAX_STOCHASTIC_LAYERS = 5  # the ladder VAE's depth on MNIST in Sonderby et al. 2016
 MAX_IMPORTANCE_SAMPLES = 256  # training's K; evaluation's IWAE K is a `cvae eval` flag

@@ -42,7 +42,8 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     assert 0 <= fid["samples"]["accuracy"] <= 1 and fid["real"]["fd"] >= 0
     # 60 samples, split among the labels as the reference (odd) half's 32 digits are.
     reference_labels = synthetic_dataset(512, 64).test_labels[1::2]
-    assert fid["samples"]["label_counts"] == label_counts_like(reference_labels, 60).tolist()
+    assert fid["samples"]["label_counts"] == label_counts_like(reference_labels, 60,
+                                                               num_classes=10).tolist()
     assert (data_dir / "classifier").is_dir()  # cached beside the data
     rebuilt = fid["reconstructions"]
     assert rebuilt["digits"] == 32 and 0 <= rebuilt["recall"] <= 1
@@ -51,7 +52,7 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     swap = results["label_swap"]
     assert swap["swaps"] == 9 * 64 and 0 <= swap["accuracy"] <= 1
     assert "label swap (64 digits x 9 labels)" in table and "style survival r" in table
-    for name, (cols, rows) in reports.report_shapes().items():
+    for name, (cols, rows) in reports.report_shapes(10).items():
         path = out.parent / name
         assert path.is_file()
         height, width = grid_shape(cols * rows, cols, scale=reports.SCALE, pad=reports.PAD)
@@ -159,7 +160,7 @@ def test_balanced_samples_are_the_sampler_grid_of_n_a_digit_and_the_default_draw
     # assert_equal: a digit with too few samples for a covariance has FD nan in both.
     np.testing.assert_equal(scored[True], {**expected, "per_digit": 6, "label_counts": [6] * 10,
                                            "temperature": 1.0})
-    counts = label_counts_like(reference_labels, 60)
+    counts = label_counts_like(reference_labels, 60, num_classes=10)
     assert scored[False]["label_counts"] == counts.tolist() and counts.sum() == 60
     longest = sampler.sample_images(None, int(counts.max()), 0).reshape(10, -1, 28, 28)
     mixed = np.concatenate([longest[digit, :n] for digit, n in enumerate(counts)])

@@ -1,13 +1,21 @@
 """Fidelity scorer: Fréchet distance on known Gaussians; a tiny classifier trained on synthetic
-band digits scores real digits high and noise low; the classifier cache is keyed by the data."""
+band digits scores real digits high and noise low; the classifier takes its shape and classes
+from the dataset's spec, and its cache is keyed by the dataset and the data."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cvae.evaluation import fidelity
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+
+from cvae.data.specs import FASHION_MNIST, MNIST, DatasetSpec
 from cvae.data.synthetic import synthetic_dataset
+from cvae.evaluation import fidelity
 
 
 def test_frechet_distance_of_known_gaussians():
@@ -23,14 +31,17 @@ def test_frechet_distance_of_known_gaussians():
 
 def test_label_counts_keep_the_reference_proportions_and_sum_to_the_total():
     labels = np.repeat(np.arange(10), [529, 544, 531, 499, 502, 434, 459, 509, 508, 485])
-    assert fidelity.label_counts_like(labels, len(labels)).tolist() == np.bincount(labels).tolist()
+    assert fidelity.label_counts_like(labels, len(labels), num_classes=10).tolist() == \
+        np.bincount(labels).tolist()
     for total in (10, 60, 97, 5000, 10000):
-        counts = fidelity.label_counts_like(labels, total)
+        counts = fidelity.label_counts_like(labels, total, num_classes=10)
         assert counts.sum() == total
         assert np.all(np.abs(counts - total * np.bincount(labels) / len(labels)) < 1)
     # A label the reference lacks gets no samples.
-    assert fidelity.label_counts_like(np.array([0, 0, 1, 9]), 20).tolist() == [
+    assert fidelity.label_counts_like(np.array([0, 0, 1, 9]), 20, num_classes=10).tolist() == [
         10, 5, 0, 0, 0, 0, 0, 0, 0, 5]
+    # One count a class of the dataset, whatever the reference holds.
+    assert fidelity.label_counts_like(np.array([0, 0, 1]), 6, num_classes=3).tolist() == [4, 2, 0]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +55,7 @@ def classifier_and_data(tmp_path_factory):
 def test_scorer_rates_real_digits_high_and_noise_low(classifier_and_data):
     classifier, data, _ = classifier_and_data
     assert classifier.test_accuracy >= 0.9
+    assert classifier.num_classes == 10 and classifier.meta["image_shape"] == [28, 28, 1]
     reference = fidelity.reference_scores(classifier, data.test_images, data.test_labels)
     _, features = classifier.logits_and_features(data.test_images[1::2])
     noise = np.random.default_rng(1).uniform(size=(100, 28, 28)).astype(np.float32)
@@ -81,3 +93,37 @@ def test_classifier_cache_is_reused_and_keyed_by_training_data(classifier_and_da
     other = synthetic_dataset(num_train=512, num_test=200, seed=1)
     assert fidelity.data_checksum(other.train_images, other.train_labels) != \
         fidelity.data_checksum(data.train_images, data.train_labels)
+
+
+def test_the_classifier_takes_its_shape_and_classes_from_the_spec():
+    """A made-up 3-class 12x8 RGB dataset: logits one a class, features 128 wide."""
+    spec = DatasetSpec("toy", "Toy", "Toy", 12, 8, 3, ("a", "b", "c"), MNIST.source)
+    module = fidelity.classifier_for(spec)
+    params = module.init(jax.random.key(0), jnp.zeros((1, *spec.image_shape)))["params"]
+    classifier = fidelity.TrainedClassifier(params, 0.0, {}, spec)
+    images = np.random.default_rng(0).integers(0, 256, (5, 12, 8, 3), dtype=np.uint8)
+    logits, features = classifier.logits_and_features(images, batch_size=8)
+    assert logits.shape == (5, 3) and features.shape == (5, fidelity.FEATURES)
+    flat, _ = classifier.logits_and_features(images.reshape(5, -1), batch_size=8)  # flattened
+    np.testing.assert_array_equal(flat, logits)
+
+
+def test_a_cached_classifier_of_another_dataset_is_not_reused(classifier_and_data, tmp_path):
+    """The cache folder is named by the dataset, and its meta.json must name the same dataset,
+    shape and class count: a folder of the same name written for other data is retrained."""
+    classifier, data, cache = classifier_and_data
+    (folder,) = [p for p in cache.iterdir() if p.is_dir()]
+    assert folder.name.startswith(f"{data.name}-")
+    meta = json.loads((folder / "meta.json").read_text())
+    assert (meta["dataset"], meta["num_classes"]) == ("mnist", 10)
+    other = tmp_path / "cache"
+    (other / folder.name).mkdir(parents=True)
+    (other / folder.name / "params.msgpack").write_bytes((folder / "params.msgpack").read_bytes())
+    (other / folder.name / "meta.json").write_text(json.dumps({**meta, "num_classes": 3}))
+    messages = []
+    fidelity.load_or_train_classifier(data, other, epochs=1, log=messages.append)
+    assert messages and "training the fidelity classifier" in messages[0]
+    # A Fashion-MNIST set of the same bytes has its own folder.
+    fashion = dataclasses.replace(data, name=FASHION_MNIST.name)
+    fidelity.load_or_train_classifier(fashion, other, epochs=1, log=lambda _: None)
+    assert any(p.name.startswith("fashion_mnist-") for p in other.iterdir())

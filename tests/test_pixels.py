@@ -1,17 +1,18 @@
-"""An MNIST image's geometry and pixel scale: one side, and one uint8 -> [0, 1] conversion, whose
-last bit depends on where it runs (pinned here, so a caller moved between host and device
-shows)."""
+"""A pixel's scale: one uint8 -> [0, 1] conversion, whose last bit depends on where it runs
+(pinned here, so a caller moved between host and device shows). Image shapes are the dataset
+spec's (tests/test_specs.py)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.data.pixels import IMAGE_PIXELS, IMAGE_SHAPE, IMAGE_SIDE, MAX_LEVEL, to_unit
+from cvae.data import pixels
+from cvae.data.pixels import MAX_LEVEL, to_unit
 
 
-def test_shape_and_pixel_count_come_from_the_side():
-    assert IMAGE_SHAPE == (IMAGE_SIDE, IMAGE_SIDE) == (28, 28)
-    assert IMAGE_PIXELS == 784
+def test_no_image_geometry_is_kept_here():
+    """Shapes are the dataset spec's (`cvae.data.specs`), not constants of this module."""
+    assert not [name for name in vars(pixels) if name.startswith("IMAGE_")]
 
 
 def test_numpy_divides_by_255_and_xla_multiplies_by_its_reciprocal():

@@ -31,11 +31,11 @@ def classifier_error(sampler, images_u8: np.ndarray, labels: np.ndarray) -> dict
 
 
 def generative_error(model, variables, *, spec: DatasetSpec, images_u8: np.ndarray,
-                     labels: np.ndarray, key: jax.Array, num_samples: int, batch_size: int = 100,
-                     likelihood: str = "bernoulli") -> dict:
+                     labels: np.ndarray, key: jax.Array, num_samples: int,
+                     batch_size: int = 100) -> dict:
     """argmax_y log p(x|y) (IWAE, K = num_samples for every label of `spec`, the model's
     dataset's) against the true labels."""
-    bound = iwae.create_iwae_fn(model, likelihood, num_samples, chunk=min(num_samples, 100))
+    bound = iwae.create_iwae_fn(model, num_samples, chunk=min(num_samples, 100))
     binarize_key, sample_key = jax.random.split(key)
     predicted = []
     for i, start in enumerate(range(0, len(images_u8), batch_size)):

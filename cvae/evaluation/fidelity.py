@@ -1,9 +1,12 @@
-"""Sample fidelity: a small MNIST classifier, and the scores it gives to generated digits.
+"""Sample fidelity: a small classifier of the dataset's images, and the scores it gives to
+generated ones.
 
-The classifier (two 5x5 stride-2 convolutions, 16 and 32 channels, then dense 128 and 10) is
-trained once on the training set and cached beside the data as
-`<data-dir>/classifier/<dataset>-<sha12>/` (msgpack weights + meta.json), where sha12 is a
-checksum of the training images and labels: other data gets another classifier. Generated
+The classifier (two 5x5 stride-2 convolutions, 16 and 32 channels, then dense 128 and one logit
+a class) takes its input shape and class count from the dataset's spec (`cvae.data.specs`). It
+is trained once per dataset on its training set and cached beside the data as
+`<data-dir>/classifier/<dataset>-<sha12>-v<version>/` (msgpack weights + meta.json), where sha12
+is a checksum of the training images and labels: another dataset, or other data, gets another
+classifier. Generated
 samples are scored by (1) the fraction the classifier assigns to the digit they were conditioned
 on and (2) the Fréchet distance between the classifier's 128-d penultimate features of samples
 and of real test digits, overall and per digit, and (3) k-NN precision, recall and coverage in
@@ -28,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cvae.config import NUM_CLASSES
-from cvae.data.pixels import IMAGE_SHAPE, to_unit
+from cvae.data.pixels import to_unit
+from cvae.data.specs import DatasetSpec, spec_of
 from cvae.evaluation.precision_recall import precision_recall
 
 FEATURES = 128
@@ -39,15 +42,24 @@ CLASSIFIER_VERSION = 1  # bump when the architecture or recipe changes: invalida
 
 
 class Classifier(nn.Module):
-    """images float32[B, 28, 28] in [0, 1] -> (logits [B, 10], penultimate features [B, 128])."""
+    """images float32[B, h, w, c] (or any shape of B * h * w * c values) in [0, 1] ->
+    (logits [B, num_classes], penultimate features [B, 128]); (h, w, c) = `image_shape`."""
+
+    image_shape: tuple[int, int, int]
+    num_classes: int
 
     @nn.compact
     def __call__(self, images: jax.Array):
-        h = images.reshape(-1, *IMAGE_SHAPE, 1)
-        h = nn.relu(nn.Conv(16, (5, 5), strides=2)(h))  # 14x14
-        h = nn.relu(nn.Conv(32, (5, 5), strides=2)(h))  # 7x7
+        h = images.reshape(-1, *self.image_shape)
+        h = nn.relu(nn.Conv(16, (5, 5), strides=2)(h))  # 28x28 -> 14x14
+        h = nn.relu(nn.Conv(32, (5, 5), strides=2)(h))  # -> 7x7
         features = nn.relu(nn.Dense(FEATURES)(h.reshape(h.shape[0], -1)))
-        return nn.Dense(NUM_CLASSES)(features), features
+        return nn.Dense(self.num_classes)(features), features
+
+
+def classifier_for(spec: DatasetSpec) -> Classifier:
+    """The classifier's module for dataset `spec`: its image shape and class count."""
+    return Classifier(tuple(spec.image_shape), spec.num_classes)
 
 
 @dataclasses.dataclass
@@ -55,27 +67,34 @@ class TrainedClassifier:
     params: dict
     test_accuracy: float
     meta: dict
+    spec: DatasetSpec  # the dataset it was trained on: its input shape and classes
     apply_fn: Callable = None
 
     def __post_init__(self):
-        self.apply_fn = jax.jit(Classifier().apply)
+        self.apply_fn = jax.jit(classifier_for(self.spec).apply)
+
+    @property
+    def num_classes(self) -> int:
+        return self.spec.num_classes
 
     def logits_and_features(self, images: np.ndarray, batch_size: int = 1000):
-        """images: float32[N, 28, 28] in [0, 1] or uint8 -> (logits f32[N, 10], feats [N, 128])."""
-        images = _as_float(images)
+        """images: float32[N, ...] in [0, 1] or uint8, N images of the spec's shape (stored
+        or flattened) -> (logits f32[N, classes], features f64[N, 128])."""
+        images = _as_float(images).reshape(-1, *self.spec.image_shape)
         logits, feats = [], []
         for start in range(0, len(images), batch_size):
             rows = images[start:start + batch_size]
             pad = batch_size - len(rows)
             out_logits, out_feats = self.apply_fn(
-                {"params": self.params}, np.pad(rows, ((0, pad), (0, 0), (0, 0))))
+                {"params": self.params}, np.pad(rows, ((0, pad),) + ((0, 0),) * 3))
             logits.append(np.asarray(out_logits)[:len(rows)])
             feats.append(np.asarray(out_feats, np.float64)[:len(rows)])
         return np.concatenate(logits), np.concatenate(feats)
 
 
 def _as_float(images: np.ndarray) -> np.ndarray:
-    images = np.asarray(images).reshape(-1, *IMAGE_SHAPE)
+    """uint8 levels or floats in [0, 1], any shape -> float32 intensities, the same shape."""
+    images = np.asarray(images)
     return to_unit(images) if images.dtype == np.uint8 else images.astype(np.float32)
 
 
@@ -86,19 +105,23 @@ def data_checksum(images: np.ndarray, labels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, epochs: int = 4,
-                     batch_size: int = 128, learning_rate: float = 2e-3, seed: int = 0) -> dict:
-    """Adam with cosine decay; the data lives on the device, one jitted step per batch.
+def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, spec: DatasetSpec,
+                     epochs: int = 4, batch_size: int = 128, learning_rate: float = 2e-3,
+                     seed: int = 0) -> dict:
+    """The parameters of `classifier_for(spec)` trained on the images (uint8, the spec's
+    shape) and labels: Adam with cosine decay; the data lives on the device, one jitted step
+    per batch.
 
     (A `lax.scan` over steps, as the VAE uses, made XLA:CPU's convolutions several times slower;
     at ~30 ms a step the per-step dispatch is negligible.)
     """
-    images = jnp.asarray(np.asarray(train_images).reshape(-1, *IMAGE_SHAPE), jnp.uint8)
+    module = classifier_for(spec)
+    images = jnp.asarray(np.asarray(train_images).reshape(-1, *spec.image_shape), jnp.uint8)
     labels = jnp.asarray(train_labels, jnp.int32)
     steps_per_epoch = max(1, len(images) // batch_size)
     tx = optax.adam(optax.cosine_decay_schedule(learning_rate, epochs * steps_per_epoch))
     key = jax.random.key(seed)
-    params = Classifier().init(key, jnp.zeros((1, *IMAGE_SHAPE)))["params"]
+    params = module.init(key, jnp.zeros((1, *spec.image_shape)))["params"]
     opt_state = tx.init(params)
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -107,7 +130,7 @@ def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, epoc
         x, y = to_unit(images[idx]), labels[idx]
 
         def loss_fn(params):
-            logits, _ = Classifier().apply({"params": params}, x)
+            logits, _ = module.apply({"params": params}, x)
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
         updates, opt_state = tx.update(jax.grad(loss_fn)(params), opt_state, params)
@@ -128,27 +151,39 @@ def accuracy(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarr
 def load_or_train_classifier(data, cache_root: str | Path | None, *, epochs: int = 4,
                              log: Callable[[str], None] = print) -> TrainedClassifier:
     """The cached classifier for `data`'s training set, training (and caching) it if missing.
+    Its shape and classes are those of `data`'s dataset (`spec_of(data.name)`); the cache
+    folder is named by the dataset and the checksum of its training data, and a cached one is
+    used only if its meta.json names the same dataset, checksum, image shape and class count.
 
     `cache_root` None trains without caching (tests).
     """
+    spec = spec_of(data.name)
     checksum = data_checksum(data.train_images, data.train_labels)
     folder = (Path(cache_root) / f"{data.name}-{checksum[:12]}-v{CLASSIFIER_VERSION}"
               if cache_root is not None else None)
-    template = Classifier().init(jax.random.key(0), jnp.zeros((1, *IMAGE_SHAPE)))["params"]
+    identity = {"train_sha256": checksum, "dataset": data.name,
+                "image_shape": list(spec.image_shape), "num_classes": spec.num_classes}
     if folder is not None and (folder / "meta.json").is_file():
         meta = json.loads((folder / "meta.json").read_text())
-        if meta.get("train_sha256") == checksum:
+        # A cache written before the shape was recorded is MNIST's, whose name it carries.
+        meta.setdefault("image_shape", list(spec.image_shape) if meta.get("dataset") == "mnist"
+                        else None)
+        meta.setdefault("num_classes", spec.num_classes if meta.get("dataset") == "mnist"
+                        else None)
+        if all(meta.get(key) == value for key, value in identity.items()):
+            template = classifier_for(spec).init(jax.random.key(0),
+                                                 jnp.zeros((1, *spec.image_shape)))["params"]
             params = flax.serialization.from_bytes(template,
                                                    (folder / "params.msgpack").read_bytes())
-            return TrainedClassifier(params, meta["test_accuracy"], meta)
+            return TrainedClassifier(params, meta["test_accuracy"], meta, spec)
     log(f"training the fidelity classifier on {len(data.train_images)} images "
         f"({epochs} epochs; cached afterwards)")
     start = time.perf_counter()
-    params = train_classifier(data.train_images, data.train_labels, epochs=epochs)
+    params = train_classifier(data.train_images, data.train_labels, spec=spec, epochs=epochs)
     seconds = time.perf_counter() - start
-    classifier = TrainedClassifier(params, 0.0, {})
+    classifier = TrainedClassifier(params, 0.0, {}, spec)
     classifier.test_accuracy = accuracy(classifier, data.test_images, data.test_labels)
-    classifier.meta = {"train_sha256": checksum, "dataset": data.name, "epochs": epochs,
+    classifier.meta = {**identity, "epochs": epochs,
                        "test_accuracy": classifier.test_accuracy, "train_seconds": seconds,
                        "version": CLASSIFIER_VERSION}
     if folder is not None:
@@ -184,9 +219,9 @@ def frechet_distance(features_a: np.ndarray, features_b: np.ndarray) -> float:
 # ---- Scores ---------------------------------------------------------------------------------
 
 
-def _per_digit_means(values: np.ndarray, labels: np.ndarray) -> list[float]:
+def _per_digit_means(values: np.ndarray, labels: np.ndarray, num_classes: int) -> list[float]:
     return [float(values[labels == digit].mean()) if np.any(labels == digit) else float("nan")
-            for digit in range(NUM_CLASSES)]
+            for digit in range(num_classes)]
 
 
 def grey_share(images: np.ndarray) -> float:
@@ -195,12 +230,14 @@ def grey_share(images: np.ndarray) -> float:
     return float(((pixels > GREY_PIXELS[0]) & (pixels < GREY_PIXELS[1])).mean())
 
 
-def label_counts_like(reference_labels: np.ndarray, total: int) -> np.ndarray:
-    """i64[10] label counts summing to `total` in the proportions of `reference_labels`
-    (largest remainders). Samples drawn so are the model's p(x) = sum_y p(y) p(x|y) with the
-    data's p(y): drawn 500 a digit against the test set's counts (434 to 544 a digit in its odd
-    half), a set of real digits itself scores FD 2.60 instead of 2.10 (docs/evaluation.md)."""
-    frequencies = np.bincount(np.asarray(reference_labels), minlength=NUM_CLASSES)
+def label_counts_like(reference_labels: np.ndarray, total: int, *, num_classes: int
+                      ) -> np.ndarray:
+    """i64[num_classes] label counts summing to `total` in the proportions of
+    `reference_labels` (largest remainders). Samples drawn so are the model's
+    p(x) = sum_y p(y) p(x|y) with the data's p(y): drawn 500 a digit against the test set's
+    counts (434 to 544 a digit in its odd half), a set of real digits itself scores FD 2.60
+    instead of 2.10 (docs/evaluation.md)."""
+    frequencies = np.bincount(np.asarray(reference_labels), minlength=num_classes)
     exact = total * frequencies / frequencies.sum()
     counts = np.floor(exact).astype(np.int64)
     counts[np.argsort(counts - exact, kind="stable")[:total - counts.sum()]] += 1
@@ -210,19 +247,21 @@ def label_counts_like(reference_labels: np.ndarray, total: int) -> np.ndarray:
 def score_images(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarray,
                  *, reference_features: np.ndarray, reference_labels: np.ndarray) -> dict:
     """Accuracy w.r.t. `labels` and Fréchet distance to the reference features, overall and per
-    digit, k-NN precision, recall and coverage against the reference features, and the share of
-    grey pixels: {"accuracy", "accuracy_per_digit": [10], "fd", "fd_per_digit": [10],
-    "precision", "recall", "coverage", "grey_share"}."""
+    class, k-NN precision, recall and coverage against the reference features, and the share of
+    grey pixels: {"accuracy", "accuracy_per_digit": [C], "fd", "fd_per_digit": [C],
+    "precision", "recall", "coverage", "grey_share"}, C the classifier's classes (its logits'
+    width)."""
     labels, reference_labels = np.asarray(labels), np.asarray(reference_labels)
     logits, features = classifier.logits_and_features(images)
+    classes = logits.shape[1]
     correct = logits.argmax(axis=1) == labels
     per_digit_fd = []
-    for digit in range(NUM_CLASSES):
+    for digit in range(classes):
         mine, theirs = labels == digit, reference_labels == digit
         per_digit_fd.append(frechet_distance(features[mine], reference_features[theirs])
                             if mine.sum() > 1 and theirs.sum() > 1 else float("nan"))
     return {"accuracy": float(correct.mean()),
-            "accuracy_per_digit": _per_digit_means(correct, labels),
+            "accuracy_per_digit": _per_digit_means(correct, labels, classes),
             "fd": frechet_distance(features, reference_features), "fd_per_digit": per_digit_fd,
             **precision_recall(reference_features, features), "grey_share": grey_share(images)}
 
@@ -237,7 +276,8 @@ def reference_scores(classifier: TrainedClassifier, test_images: np.ndarray,
     half = score_images(classifier, test_images[0::2], test_labels[0::2],
                         reference_features=features,
                         reference_labels=test_labels[1::2])
-    correct = classifier.logits_and_features(test_images)[0].argmax(axis=1) == test_labels
+    logits = classifier.logits_and_features(test_images)[0]
+    correct = logits.argmax(axis=1) == test_labels
     return {**half, "accuracy": float(correct.mean()),
-            "accuracy_per_digit": _per_digit_means(correct, test_labels),
+            "accuracy_per_digit": _per_digit_means(correct, test_labels, logits.shape[1]),
             "fd_protocol": "even-indexed half vs odd-indexed half of the test set"}

@@ -9,12 +9,12 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
 - ELBO terms (reconstruction, KL, total) and active latent units (per-dimension KL > 0.01 nats).
 - Bernoulli likelihood only: the IWAE bound with K samples as the negative log-likelihood in nats,
   on the test set binarised once with a fixed seed: conditional -log p(x|y) (true label, K
-  samples) and marginal -log p(x) = -logsumexp_y' [log p(x|y') - log 10] (the true label's
-  K-sample term plus `iwae_k_marginal` samples for each other label), with the built-in check
-  -log p(x|y') bounds in `cvae.evaluation.iwae.check_marginal`.
-- Sample fidelity scored by the cached MNIST classifier (`cvae.evaluation.fidelity`):
-  conditional accuracy and Fréchet distance of samples, overall and per digit, beside real test
-  digits.
+  samples) and marginal -log p(x) = -logsumexp_y' [log p(x|y') - log C] (C the dataset's
+  classes; the true label's K-sample term plus `iwae_k_marginal` samples for each other label),
+  with the built-in check -log p(x|y') bounds in `cvae.evaluation.iwae.check_marginal`.
+- Sample fidelity scored by the dataset's cached classifier (`cvae.evaluation.fidelity`):
+  conditional accuracy and Fréchet distance of samples, overall and per class, beside real test
+  images.
 - Label swap (`cvae.evaluation.label_swap`): test digits re-decoded with every other label, read
   by the same classifier, and how much of their slant and stroke width survives.
 - Reconstructions of test digits scored like the samples (`cvae.evaluation.reconstructions`):
@@ -47,15 +47,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.config import NUM_CLASSES
 from cvae.data.load import load_dataset
 from cvae.errors import ConfigError
 from cvae.limits import DEFAULT_TEMPERATURE
 from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
                              reports)
-from cvae.model.registry import create_model
+from cvae.model.registry import create_model, noise_dim
 from cvae.model.store import load_trained_model
-from cvae.model.registry import noise_dim
 from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
@@ -129,24 +127,26 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
-def sample_counts(reference_labels, options: EvalOptions) -> np.ndarray:
-    """How many samples of each label `cvae eval` scores: 10 x `samples_per_digit`, each label's
-    count in the reference's label proportions, so that the samples and the reference are drawn
-    from the same p(y) (`fidelity.label_counts_like`); `balanced_samples`: exactly
-    `samples_per_digit` a label."""
+def sample_counts(reference_labels, options: EvalOptions, *, num_classes: int) -> np.ndarray:
+    """How many samples of each label `cvae eval` scores: num_classes x `samples_per_digit`,
+    each label's count in the reference's label proportions, so that the samples and the
+    reference are drawn from the same p(y) (`fidelity.label_counts_like`);
+    `balanced_samples`: exactly `samples_per_digit` a label."""
     if options.balanced_samples:
-        return np.full(NUM_CLASSES, options.samples_per_digit)
-    return fidelity.label_counts_like(reference_labels, NUM_CLASSES * options.samples_per_digit)
+        return np.full(num_classes, options.samples_per_digit)
+    return fidelity.label_counts_like(reference_labels, num_classes * options.samples_per_digit,
+                                      num_classes=num_classes)
 
 
 def eval_samples(sampler, reference_labels, options: EvalOptions):
-    """`cvae eval`'s samples (`options.seed`, temperature 1), `sample_counts` of each label.
-    Returns (images f32[N, 28, 28], labels i64[N], counts [10])."""
-    counts = sample_counts(reference_labels, options)
+    """`cvae eval`'s samples (`options.seed`, temperature 1), `sample_counts` of each of the
+    sampler's classes. Returns (images f32[N, *stored shape], labels i64[N], counts [C])."""
+    classes = len(sampler.classes)
+    counts = sample_counts(reference_labels, options, num_classes=classes)
     images = np.concatenate([sampler.sample_images(digit, int(n), options.seed,
                                                    temperature=DEFAULT_TEMPERATURE)
                              for digit, n in enumerate(counts) if n])
-    return images, np.repeat(np.arange(NUM_CLASSES), counts), counts
+    return images, np.repeat(np.arange(classes), counts), counts
 
 
 def eval_sampler(checkpoint):
@@ -259,7 +259,7 @@ def summary_table(results: dict) -> str:
                   *(f"  {name:<14}{samples[key]:>10.4f}{real[key]:>11.4f}"
                     for name, key in (("precision", "precision"), ("recall", "recall"),
                                       ("coverage", "coverage"), ("grey pixels", "grey_share")))]
-        for digit in range(NUM_CLASSES):
+        for digit in range(len(samples["accuracy_per_digit"])):
             lines.append(f"  {'  digit ' + str(digit):<14}"
                          f"{samples['accuracy_per_digit'][digit]:>10.4f}"
                          f"{real['accuracy_per_digit'][digit]:>11.4f}"
