@@ -1,7 +1,7 @@
 """The `cvae` console script: data, train, launch, sample, eval, serve, export.
 
 Every config field is a `cvae train` flag (underscores become dashes), with the field's doc as
-its help, so `cvae train --help` is the full list of knobs. User mistakes end as one line on
+its help, so `cvae train --help` is the full list of settings. User mistakes end as one line on
 stderr and a non-zero exit code; only genuine bugs show a traceback. Only the standard library
 and `cvae.config`/`cvae.limits`/`cvae.errors` load before a command runs, so `--help` and user
 errors answer at once.

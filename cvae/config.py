@@ -1,4 +1,4 @@
-"""One frozen dataclass holds every knob of a run.
+"""One frozen dataclass holds every setting of a run.
 
 The config is stored as JSON inside every checkpoint, so sampling, evaluation and the service
 rebuild the exact model from the checkpoint directory alone. `from_json` tolerates keys that an
@@ -33,13 +33,11 @@ Prior = Literal["standard", "mixture", "vamp", "learned_mixture"]
 Objective = Literal["elbo", "iwae", "dreg"]
 PriorCodes = Literal["samples", "means"]
 
-# For tests/test_few_labels.py only: a run's class count is `Config.spec.num_classes`.
-NUM_CLASSES = 10
 MAX_STOCHASTIC_LAYERS = 5  # the ladder VAE's depth on MNIST in Sonderby et al. 2016
 MAX_IMPORTANCE_SAMPLES = 256  # training's K; evaluation's IWAE K is a `cvae eval` flag
 
 
-def knob(default: Any, doc: str) -> Any:
+def setting(default: Any, doc: str) -> Any:
     """A config field with its one-sentence doc, which `cvae train --help` shows for its flag."""
     return dataclasses.field(default=default, metadata={"doc": doc})
 
@@ -49,142 +47,143 @@ class Config:
     """Everything that defines a run. Field names are the `cvae train` flags (with dashes)."""
 
     # Data.
-    dataset: str = knob("mnist", "Which dataset to train on (its shape and classes: "
+    dataset: str = setting("mnist", "Which dataset to train on (its shape and classes: "
                                  "cvae.data.specs).")
-    data_source: DataSource = knob(
+    data_source: DataSource = setting(
         "idx", "Read the IDX files directly, or through torchvision.datasets (the torch extra).")
-    train_limit: int = knob(0, "Train on the first N training examples only (0 = all; for "
+    train_limit: int = setting(0, "Train on the first N training examples only (0 = all; for "
                                "smoke runs).")
-    validation_size: int = knob(
+    validation_size: int = setting(
         1000, "Examples of the training file held out for validation: MNIST's last N (10000 is "
               "the source's own validation set); other datasets draw them by --seed.")
-    binarization: Binarization = knob(
+    binarization: Binarization = setting(
         "dynamic", "Bernoulli likelihood only: resample each pixel ~ Bernoulli(intensity) at "
                    "every step (dynamic), or use the intensities as they are (none).")
 
     # Model.
-    model: str = knob(
+    model: str = setting(
         "cvae", "Model family (cvae.model.registry): cvae, one latent z; ladder, a ladder VAE "
                 "of --stochastic-layers latent layers.")
-    architecture: Architecture = knob(
+    architecture: Architecture = setting(
         "mlp", "Encoder and decoder: MLPs only, or with two stride-2 (transposed) convolutions.")
-    hidden_sizes: tuple[int, ...] = knob(
+    hidden_sizes: tuple[int, ...] = setting(
         (512, 256), "Widths of the encoder's hidden layers (the decoder mirrors them).")
-    latent_dim: int = knob(16, "Dimensions of the latent z.")
-    activation: Activation = knob("gelu", "Activation of the hidden layers.")
-    label_conditioning: LabelConditioning = knob(
+    latent_dim: int = setting(16, "Dimensions of the latent z.")
+    activation: Activation = setting("gelu", "Activation of the hidden layers.")
+    label_conditioning: LabelConditioning = setting(
         "every", "Decoder: add the label at its first layer only, or feed it to every layer.")
-    prior: Prior = knob(
+    prior: Prior = setting(
         "mixture", "p(z|y): N(0, I); a per-class Gaussian mixture fitted to the codes after "
                     "each evaluated epoch, for sampling and evaluation only (training's KL uses "
                     "N(0, I)); or learned with the model: a VampPrior or a per-class mixture.")
-    prior_components: int = knob(30, "Components of each class's mixture prior.")
-    pseudo_inputs: int = knob(
+    prior_components: int = setting(30, "Components of each class's mixture prior.")
+    pseudo_inputs: int = setting(
         50, "With --prior vamp: pseudo-inputs per class; p(z|y) is the mean of q(z|u,y) over "
             "them (Tomczak and Welling 2018).")
-    stochastic_layers: int = knob(
+    stochastic_layers: int = setting(
         1, "With --model ladder: its latent layers (2 or more), --latent-dim the lowest.")
-    upper_latent_dim: int = knob(8, "Dimensions of each ladder layer above the bottom one.")
-    prior_codes: PriorCodes = knob(
+    upper_latent_dim: int = setting(8, "Dimensions of each ladder layer above the bottom one.")
+    prior_codes: PriorCodes = setting(
         "samples", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
                    "aggregate posterior: wider samples), or its mean (tighter: more typical).")
-    likelihood: Likelihood = knob(
+    likelihood: Likelihood = setting(
         "bernoulli", "p(x|z,y): Bernoulli (sigmoid cross-entropy, nats) or the seed's Gaussian "
                      "(summed half squared error of sigmoid means).")
-    pixel_sharpness: float = knob(
+    pixel_sharpness: float = setting(
         1.3, "Images are sigmoid(s * pixel logits): the Bernoulli decoder at temperature 1/s "
              "(1 = its means). Rendering only: training and the bounds never see it.")
-    truncation: float = knob(
+    truncation: float = setting(
         0.75, "Quantile of N(0, I)'s radius beyond which a sample's noise is pulled in onto it "
              "(1 = off): fewer draws from the prior's tails, where most misread samples are. "
              "Sampling only: training and the bounds never see it.")
-    logvar_bound: float = knob(
+    logvar_bound: float = setting(
         8.0, "Soft clamp of the encoder's log-variance to (-bound, bound), so the KL cannot "
              "overflow.")
-    dropout_rate: float = knob(0.0, "Dropout after each hidden block while training (0 = off).")
-    batch_norm: bool = knob(False, "BatchNorm in each hidden block (statistics kept in the "
+    dropout_rate: float = setting(0.0, "Dropout after each hidden block while training (0 = off).")
+    batch_norm: bool = setting(False, "BatchNorm in each hidden block (statistics kept in the "
                                    "checkpoint).")
 
     # Objective.
-    kl_weight: float = knob(
+    kl_weight: float = setting(
         1.0, "Beta, the weight of the KL in the loss (1 = the ELBO); above 1 buys class-faithful "
              "samples from the standard prior at some nats (docs/training.md, 'Why beta 1 "
              "and a mixture prior').")
-    kl_schedule: KLSchedule = knob(
+    kl_schedule: KLSchedule = setting(
         "constant", "KL weight over training: constant, or rising linearly from 0 over "
                     "--kl-warmup-steps.")
-    kl_warmup_steps: int = knob(0, "Steps of the linear KL warm-up.")
-    free_bits: float = knob(
+    kl_warmup_steps: int = setting(0, "Steps of the linear KL warm-up.")
+    free_bits: float = setting(
         0.0, "Floor, in nats, on each latent dimension's batch-mean KL in the loss (0 = off).")
-    objective: Objective = knob(
+    objective: Objective = setting(
         "elbo", "Training bound: the ELBO, or the importance-weighted bound with its plain "
                 "gradient (iwae) or the doubly reparameterised one (dreg, Tucker et al. 2019).")
-    importance_samples: int = knob(1, "With --objective iwae or dreg: samples K per image.")
+    importance_samples: int = setting(1, "With --objective iwae or dreg: samples K per image.")
 
     # Optimisation.
-    optimizer: Optimizer = knob("adam", "The Optax optimizer.")
-    learning_rate: float = knob(1e-3, "Peak learning rate of the schedule.")
-    end_learning_rate: float = knob(1e-5, "Learning rate at the end of a decaying schedule.")
-    lr_schedule: LRSchedule = knob(
+    optimizer: Optimizer = setting("adam", "The Optax optimizer.")
+    learning_rate: float = setting(1e-3, "Peak learning rate of the schedule.")
+    end_learning_rate: float = setting(1e-5, "Learning rate at the end of a decaying schedule.")
+    lr_schedule: LRSchedule = setting(
         "warmup_cosine", "Learning rate over the optimizer updates of all epochs.")
-    warmup_steps: int = knob(500, "Updates of linear warm-up from 0 for the warmup_* schedules.")
-    weight_decay: float = knob(
+    warmup_steps: int = setting(500, "Updates of linear warm-up from 0 for the warmup_* schedules.")
+    weight_decay: float = setting(
         0.0, "Weight decay: decoupled for adamw, added to the gradient for the others.")
-    momentum: float = knob(0.9, "Momentum of sgd and rmsprop.")
-    grad_clip_norm: float = knob(0.0, "Clip gradients to this global norm (0 = no clipping).")
-    accumulation_steps: int = knob(
+    momentum: float = setting(0.9, "Momentum of sgd and rmsprop.")
+    grad_clip_norm: float = setting(0.0, "Clip gradients to this global norm (0 = no clipping).")
+    accumulation_steps: int = setting(
         1, "Micro-batches per optimizer update (optax.MultiSteps); the effective batch is "
            "this times --batch-size.")
-    ema_decay: float = knob(
+    ema_decay: float = setting(
         0.0, "Decay of an exponential moving average of the parameters, used for evaluation "
              "and sampling (0 = none).")
-    freeze: Freeze = knob("none", "Keep the encoder or the decoder fixed (e.g. with --init-from).")
+    freeze: Freeze = setting(
+        "none", "Keep the encoder or the decoder fixed (e.g. with --init-from).")
 
     # Loop.
-    batch_size: int = knob(128, "Examples per training step (a multiple of the device count).")
-    epochs: int = knob(140, "Passes over the training set; the schedules span all of them.")
-    schedule_epochs: int = knob(
+    batch_size: int = setting(128, "Examples per training step (a multiple of the device count).")
+    epochs: int = setting(140, "Passes over the training set; the schedules span all of them.")
+    schedule_epochs: int = setting(
         0, "Epochs the learning-rate schedule spans (0 = --epochs); a run extended with a "
            "larger --epochs keeps its span and trains on at the schedule's final rate.")
-    max_steps: int = knob(0, "Stop after this many (micro-batch) steps (0 = no limit); the "
+    max_steps: int = setting(0, "Stop after this many (micro-batch) steps (0 = no limit); the "
                              "schedules still span --epochs.")
-    seed: int = knob(0, f"Seed of everything random in the run, 0..{MAX_SEED}.")
-    steps_per_call: int = knob(50, "Train steps fused into one device call (lax.scan).")
-    eval_batch_size: int = knob(1000, "Examples per evaluation batch (memory only, not the "
+    seed: int = setting(0, f"Seed of everything random in the run, 0..{MAX_SEED}.")
+    steps_per_call: int = setting(50, "Train steps fused into one device call (lax.scan).")
+    eval_batch_size: int = setting(1000, "Examples per evaluation batch (memory only, not the "
                                       "result).")
-    eval_every: int = knob(10, "Epochs between evaluations, checkpoints and sample grids (and "
+    eval_every: int = setting(10, "Epochs between evaluations, checkpoints and sample grids (and "
                               "after the last epoch).")
-    early_stopping_patience: int = knob(
+    early_stopping_patience: int = setting(
         0, "Stop after this many evaluations without a --early-stopping-min-delta improvement "
            "of the validation loss (0 = off).")
-    early_stopping_min_delta: float = knob(
+    early_stopping_min_delta: float = setting(
         0.0, "The smallest fall of the validation loss that counts as an improvement.")
-    keep_checkpoints: int = knob(3, "Latest checkpoints kept (the best one is kept as well).")
+    keep_checkpoints: int = setting(3, "Latest checkpoints kept (the best one is kept as well).")
 
     # Semi-supervised (Kingma et al. 2014, M2): few labels, the label a latent for the rest.
-    labels: str = knob(
+    labels: str = setting(
         "all", "Training labels used: all (a conditional VAE), or N, a multiple of 10: N "
                "class-balanced images keep their labels, the rest train without them, and a "
                "classifier q(y|x) is learnt beside the encoder (docs/semi-supervised.md).")
-    classifier_weight: float = knob(
+    classifier_weight: float = setting(
         0.1, "Weight of the labelled images' mean cross-entropy of q(y|x) against the loss per "
              "training image: the paper's alpha = 0.1 * N on its objective summed over the N "
              "training images.")
-    labelled_per_batch: int = knob(
+    labelled_per_batch: int = setting(
         16, "With --labels N: labelled images in each batch (the rest unlabelled), cycled "
             "through the N within an epoch.")
-    classifier_shift: int = knob(
+    classifier_shift: int = setting(
         0, "With --labels N: q(y|x) reads each training image moved by up to this many pixels "
            "each way, a fresh random shift every step (0 = as it is).")
-    consistency_weight: float = knob(
+    consistency_weight: float = setting(
         0.0, "With --labels N and --classifier-shift: weight of the squared difference between "
              "q(y|x)'s readings of two shifts of each unlabelled image (0 = off).")
-    entropy_weight: float = knob(0.0, "With --labels N: weight of the unlabelled images' mean "
+    entropy_weight: float = setting(0.0, "With --labels N: weight of the unlabelled images' mean "
                                       "entropy of q(y|x), minimised (0 = off).")
-    vat_weight: float = knob(
+    vat_weight: float = setting(
         0.0, "With --labels N: weight of virtual adversarial training's term (Miyato et al. "
              "2018): q(y|x)'s divergence at the nearby image that changes it most (0 = off).")
-    vat_epsilon: float = knob(
+    vat_epsilon: float = setting(
         0.3, "With --vat-weight: the L2 length of that nearby image's offset, pixels in [0, 1] "
              "(0.3: the paper's for MNIST with 100 labels).")
 

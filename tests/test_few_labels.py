@@ -21,7 +21,8 @@ from cvae import presets
 from cvae.training import few_labels
 from cvae.training.callbacks import Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
-from cvae.config import ConfigError, NUM_CLASSES
+from cvae.config import ConfigError
+from cvae.data.specs import MNIST
 from cvae.errors import ResumeError
 from cvae.training.loop import train_and_evaluate
 from cvae.model import densities, objectives
@@ -31,6 +32,8 @@ from cvae.data.splits import _LABELLED_SALT, _hash_keys, labelled_indices, split
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import create_train_state
 
+CLASSES = MNIST.num_classes
+
 SEMI = presets.test().replace(labels="20", labelled_per_batch=4, validation_size=32)
 
 
@@ -39,7 +42,7 @@ def test_labelled_set_is_class_balanced_deterministic_and_disjoint_from_validati
     config = SEMI.replace(dataset="fashion_mnist", validation_size=64, labels="50")
     split = split_training_set(data.train_images, data.train_labels, config)
     chosen = few_labels.choose_labelled_set(split, config)
-    assert np.bincount(chosen["labels"], minlength=NUM_CLASSES).tolist() == [5] * NUM_CLASSES
+    assert np.bincount(chosen["labels"], minlength=CLASSES).tolist() == [5] * CLASSES
     assert np.array_equal(chosen["labels"], data.train_labels[chosen["indices"]])
     held_out = set(range(400)) - set(split.train_indices.tolist())
     assert len(held_out) == 64 and not held_out & set(chosen["indices"].tolist())
@@ -54,21 +57,21 @@ def test_labelled_set_is_class_balanced_deterministic_and_disjoint_from_validati
 def test_labelled_choice_depends_on_file_index_not_on_position():
     """The same file rows are chosen whatever else is in the training part (a class's pick is
     the lowest hashes of its file indices)."""
-    labels = np.repeat(np.arange(NUM_CLASSES), 6)
+    labels = np.repeat(np.arange(CLASSES), 6)
     rows = np.arange(60) * 3 + 7
-    full = rows[labelled_indices(labels, rows, count=20, num_classes=NUM_CLASSES, seed=5)]
+    full = rows[labelled_indices(labels, rows, count=20, num_classes=CLASSES, seed=5)]
     keep = np.ones(60, bool)
     keep[::7] = False  # drop some rows that were not chosen ...
     keep[np.searchsorted(rows, full)] = True  # ... but none that were
-    part = rows[keep][labelled_indices(labels[keep], rows[keep], count=20, num_classes=NUM_CLASSES,
+    part = rows[keep][labelled_indices(labels[keep], rows[keep], count=20, num_classes=CLASSES,
                                        seed=5)]
     assert np.array_equal(full, part)
 
 
 def test_too_many_labels_for_a_class_names_the_field():
     with pytest.raises(ConfigError, match="labels=70: class"):
-        labelled_indices(np.repeat(np.arange(NUM_CLASSES), 6), np.arange(60), count=70,
-                         num_classes=NUM_CLASSES, seed=0)
+        labelled_indices(np.repeat(np.arange(CLASSES), 6), np.arange(60), count=70,
+                         num_classes=CLASSES, seed=0)
 
 
 @pytest.mark.parametrize("changes, field", [
@@ -107,7 +110,7 @@ def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
 
     # By hand: each unlabelled image with each label on its own, with the noise of its row
     # (labelled rows first, then image i with label k at 3 + 10 i + k).
-    noise = jax.random.normal(z_key, (3 + 5 * NUM_CLASSES, config.latent_dim))
+    noise = jax.random.normal(z_key, (3 + 5 * CLASSES, config.latent_dim))
 
     def neg_elbo(image, label, row):
         mean, logvar = model.apply(variables, image[None], jnp.array([label]), method="encode")
@@ -120,7 +123,7 @@ def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
     for i in range(5):
         logits = model.apply(variables, x[3 + i][None], method="classify")[0]
         q = np.asarray(jax.nn.softmax(logits), np.float64)
-        per_label = [neg_elbo(x[3 + i], k, 3 + NUM_CLASSES * i + k) for k in range(NUM_CLASSES)]
+        per_label = [neg_elbo(x[3 + i], k, 3 + CLASSES * i + k) for k in range(CLASSES)]
         unlabelled.append(np.sum(q * per_label) + np.sum(q * np.log(q)))
     labelled = [neg_elbo(x[j], int(y[j]), j) for j in range(3)]
     class_logits = model.apply(variables, x[:3], method="classify")
@@ -137,7 +140,7 @@ def params_after(config, directory, data=None):
 
 
 def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
-    """The semi-supervised knobs cannot reach a run with every label: changing them leaves the
+    """The semi-supervised settings cannot reach a run with every label: changing them leaves the
     parameters bit-identical, and the state carries no labelled set."""
     config = presets.test().replace(epochs=2, prior="mixture")
     reference = params_after(config, tmp_path / "a")
@@ -208,10 +211,10 @@ def test_unlabelled_images_labels_are_never_read(tmp_path):
     chosen = few_labels.choose_labelled_set(split, config)
     hashes = _hash_keys(config.seed, np.arange(200), _LABELLED_SALT)
     highest_chosen = [hashes[chosen["indices"][chosen["labels"] == c]].max()
-                      for c in range(NUM_CLASSES)]
+                      for c in range(CLASSES)]
     relabelled = data.train_labels.copy()
     for row in np.setdiff1d(split.train_indices, chosen["indices"]):
-        relabelled[row] = next((c for c in range(NUM_CLASSES) if c != relabelled[row]
+        relabelled[row] = next((c for c in range(CLASSES) if c != relabelled[row]
                                 and hashes[row] > highest_chosen[c]), relabelled[row])
     assert np.mean(relabelled != data.train_labels) > 0.5
     moved = dataclasses.replace(data, train_labels=relabelled)
@@ -275,7 +278,7 @@ def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
                                             x_unlabelled=x[3:], z_key=jax.random.key(1),
                                             kl_weight=1.0, train=False, rngs={}, mutable=[],
                                             shift_key=jax.random.key(2))
-    assert shifted[0].shape == (8, NUM_CLASSES) and shifted[3].shape == (5, NUM_CLASSES)
+    assert shifted[0].shape == (8, CLASSES) and shifted[3].shape == (5, CLASSES)
     base, terms = few_labels.semi_supervised_loss(
         shifted, config=config.replace(consistency_weight=0.0), kl_weight=1.0,
         labelled_share=0.1, y_labelled=y)
@@ -297,9 +300,9 @@ def elbo_rows(rec, kl_per_dim, kl_weight=1.0) -> RowTerms:
 
 def test_entropy_weight_adds_the_unlabelled_readings_mean_entropy():
     rng = np.random.default_rng(1)
-    logits = jnp.asarray(rng.normal(size=(5, NUM_CLASSES)), jnp.float32)  # 2 labelled, 3 not
-    rec = jnp.asarray(rng.random(2 + 3 * NUM_CLASSES) * 100, jnp.float32)
-    kl_per_dim = jnp.asarray(rng.random((2 + 3 * NUM_CLASSES, 3)), jnp.float32)
+    logits = jnp.asarray(rng.normal(size=(5, CLASSES)), jnp.float32)  # 2 labelled, 3 not
+    rec = jnp.asarray(rng.random(2 + 3 * CLASSES) * 100, jnp.float32)
+    kl_per_dim = jnp.asarray(rng.random((2 + 3 * CLASSES, 3)), jnp.float32)
     outputs, y = (logits, elbo_rows(rec, kl_per_dim), 2, None), jnp.zeros((2,), jnp.int32)
     config = SEMI.replace(classifier_weight=0.5)
     base, terms = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=1.0,
@@ -313,7 +316,7 @@ def test_entropy_weight_adds_the_unlabelled_readings_mean_entropy():
 
 
 def linear_classifier(seed: int):
-    weights = jnp.asarray(np.random.default_rng(seed).normal(size=(784, NUM_CLASSES)) * 0.1,
+    weights = jnp.asarray(np.random.default_rng(seed).normal(size=(784, CLASSES)) * 0.1,
                           jnp.float32)
     return lambda images: images @ weights
 
@@ -338,7 +341,7 @@ def test_virtual_adversarial_offset_changes_the_reading_more_than_random_ones():
 
 def test_virtual_adversarial_loss_is_zero_for_a_reading_that_ignores_the_image():
     def constant(images):
-        return jnp.zeros((images.shape[0], NUM_CLASSES)) + jnp.arange(10.0)
+        return jnp.zeros((images.shape[0], CLASSES)) + jnp.arange(10.0)
 
     images = jnp.ones((3, 784), jnp.float32)
     assert float(few_labels.virtual_adversarial_loss(constant, images, jax.random.key(0),
@@ -350,9 +353,9 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     labelled rows' mean KL per dimension exactly as it does on a batch's mean
     (`objectives.counted_kl`)."""
     rng = np.random.default_rng(0)
-    rec = jnp.asarray(rng.random(4 + NUM_CLASSES) * 100, jnp.float32)  # 4 labelled, 1 not
-    kl_per_dim = jnp.asarray(rng.random((4 + NUM_CLASSES, 3)) * 0.4, jnp.float32)
-    outputs = (jnp.zeros((5, NUM_CLASSES)), elbo_rows(rec, kl_per_dim, 2.0), 4, None)
+    rec = jnp.asarray(rng.random(4 + CLASSES) * 100, jnp.float32)  # 4 labelled, 1 not
+    kl_per_dim = jnp.asarray(rng.random((4 + CLASSES, 3)) * 0.4, jnp.float32)
+    outputs = (jnp.zeros((5, CLASSES)), elbo_rows(rec, kl_per_dim, 2.0), 4, None)
     y = jnp.zeros((4,), jnp.int32)
     config = SEMI.replace(classifier_weight=0.0)
     loss, _ = few_labels.semi_supervised_loss(outputs, config=config.replace(free_bits=0.3),
@@ -376,6 +379,7 @@ from cvae import presets
 from cvae.training.callbacks import Callback
 from cvae.training.loop import train_and_evaluate
 from cvae.data.synthetic import synthetic_dataset
+
 
 class Losses(Callback):
     def __init__(self): self.values = {"loss": [], "virtual_adversarial": []}

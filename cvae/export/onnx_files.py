@@ -67,11 +67,11 @@ def write_onnx(folder: Path, portables: list[Portable]) -> list[str]:
     return names
 
 
-def session(model: str | Path | bytes):
+def session(onnx_file: str | Path | bytes):
     """An ONNX Runtime CPU session for one exported function (its file, or its bytes)."""
     import onnxruntime
 
-    source = model if isinstance(model, bytes) else str(model)
+    source = onnx_file if isinstance(onnx_file, bytes) else str(onnx_file)
     return onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
 
 

@@ -4,7 +4,8 @@ With the standard prior every class shares N(0, I), and a digit's code z, decode
 label, already lies where the decoder saw codes of that label. With a per-class mixture prior
 (`cvae.model.prior`, fitted to each class's codes) the classes occupy different regions, and a
 class-a code decoded with label b is off the decoder's map for b (without the transport, 92.6%
-of the default checkpoint's swaps read as b). So a code is carried over first: each class's mixture is summarised by one Gaussian (its mean and
+of the default checkpoint's swaps read as b). So a code is carried over first: each class's
+mixture is summarised by one Gaussian (its mean and
 covariance), and z moves by the optimal-transport map between class a's Gaussian and class b's,
 
     T(z) = m_b + A (z - m_a),  A = S_a^-1/2 (S_a^1/2 S_b S_a^1/2)^1/2 S_a^-1/2,
