@@ -254,10 +254,10 @@ def test_shift_moves_each_image_by_at_most_the_bound_and_zero_is_identity():
     image = np.zeros((28, 28), np.float32)
     image[10:14, 12:15] = 1.0
     images = jnp.asarray(np.stack([image.reshape(-1)] * 64))
-    assert np.array_equal(few_labels.shift_images(jax.random.key(0), images, 0, (28, 28)),
-                          images)
+    still = few_labels.shift_images(jax.random.key(0), images, 0, image_shape=(28, 28))
+    assert np.array_equal(still, images)
     moved = np.asarray(few_labels.shift_images(jax.random.key(0), images, 2,
-                                               (28, 28))).reshape(64, 28, 28)
+                                               image_shape=(28, 28))).reshape(64, 28, 28)
     rows, cols = np.nonzero(moved.sum(axis=2))[1], np.nonzero(moved.sum(axis=1))[1]
     assert rows.min() >= 8 and rows.max() <= 15 and cols.min() >= 10 and cols.max() <= 16
     assert np.all(moved.sum(axis=(1, 2)) == image.sum())  # nothing lost off the edge
@@ -362,7 +362,7 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
                                               kl_weight=2.0, labelled_share=1.0, y_labelled=y)
     labelled = kl_per_dim[:4]
     expected = rec[:4].mean() + 2.0 * objectives.counted_kl(
-        labelled.sum(-1).mean(), labelled.mean(0), 0.0, 0, 0.3)
+        labelled.sum(-1).mean(), labelled.mean(0), 0.0, rest_dims=0, free_bits=0.3)
     assert float(loss) == pytest.approx(float(expected), rel=1e-6)
     by_hand = float(rec[:4].mean()) + 2.0 * float(np.maximum(np.asarray(labelled).mean(0),
                                                              0.3).sum())

@@ -39,7 +39,7 @@ def walk(ladder, noise):
     """The reparameterised pass: (pixel logits, the layers bottom first) for noise
     f32[..., B, TOTAL]."""
     model, variables, x, labels = ladder
-    return model.apply(variables, method=lambda m: m._pass(x, labels, noise, False))
+    return model.apply(variables, method=lambda m: m._pass(x, labels, noise, train=False))
 
 
 def terms_of(ladder, noise, **kwargs):

@@ -150,11 +150,16 @@ def test_free_bits_floor_each_dimensions_batch_mean_kl():
 
 def test_counted_kl_from_mean_terms():
     per_dim = jnp.array([0.005, 2.5])
-    assert float(objectives.counted_kl(2.505, per_dim, 0.0, 0, 0.0)) == pytest.approx(2.505)
-    assert float(objectives.counted_kl(2.505, per_dim, 0.0, 0, 1.0)) == pytest.approx(3.5)
+
+    def counted(kl, rest, rest_dims, free_bits):
+        return float(objectives.counted_kl(kl, per_dim, rest, rest_dims=rest_dims,
+                                           free_bits=free_bits))
+
+    assert counted(2.505, 0.0, 0, 0.0) == pytest.approx(2.505)
+    assert counted(2.505, 0.0, 0, 1.0) == pytest.approx(3.5)
     # The sampled rest (3 dimensions, mean 0.4 nats): floored at 1 nat a dimension it covers.
-    assert float(objectives.counted_kl(2.905, per_dim, 0.4, 3, 1.0)) == pytest.approx(6.5)
-    assert float(objectives.counted_kl(2.905, per_dim, 4.0, 3, 1.0)) == pytest.approx(7.5)
+    assert counted(2.905, 0.4, 3, 1.0) == pytest.approx(6.5)
+    assert counted(2.905, 4.0, 3, 1.0) == pytest.approx(7.5)
 
 
 def test_free_bits_floor_the_sampled_kl_at_free_bits_a_dimension_it_covers():

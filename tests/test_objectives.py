@@ -224,7 +224,7 @@ def conditional_toy_log_weights(images, labels, noise):
 def test_per_label_bounds_are_each_labels_evidence_and_bayes_picks_the_nearest_centre():
     images = CENTRES[jnp.array([3, 7, 0, 9])] + 0.3
     bounds = obj.per_label_bounds(conditional_toy_log_weights, images,
-                                  normals(10, (4, 4, D)), 10)
+                                  normals(10, (4, 4, D)), num_classes=10)
     exact = densities.gaussian_log_density(images[:, None, :], CENTRES[None], math.log(2.0))
     np.testing.assert_allclose(bounds, exact, rtol=1e-5)
     labels, probabilities = obj.bayes_classify(bounds)
@@ -273,7 +273,7 @@ def test_one_batched_pass_equals_ten_passes_of_one_label(tiny_cvae):
     model, variables, x, _, latent_dim = tiny_cvae
     noise = normals(11, (3, 6, latent_dim))
     log_weights_fn = jax.jit(obj.sampling_log_weights_fn(model, variables))
-    bounds = obj.per_label_bounds(log_weights_fn, x, noise, 10)
+    bounds = obj.per_label_bounds(log_weights_fn, x, noise, num_classes=10)
     for label in range(10):
         alone = obj.iwae_bound(log_weights_fn(x, jnp.full((6,), label, jnp.int32), noise))
         np.testing.assert_allclose(bounds[:, label], alone, rtol=1e-5, atol=1e-4)
@@ -302,7 +302,7 @@ def test_bayes_rule_reads_each_row_alone_and_normalises(index):
     noise = jnp.broadcast_to(jax.random.normal(jax.random.key(0), (4, 1, model.noise_dim)),
                              (4, 5, model.noise_dim))
     bounds = obj.per_label_bounds(obj.sampling_log_weights_fn(model, variables), x, noise,
-                                  model.num_classes)
+                                  num_classes=model.num_classes)
     np.testing.assert_allclose(together, jax.nn.softmax(bounds, axis=-1), rtol=1e-4, atol=1e-6)
 
 
@@ -315,6 +315,7 @@ def test_a_trained_model_reads_digits_by_bayes_rule(transfer_run):
     x = iwae_eval.binarize_levels(jax.random.key(0), images_u8)
     noise = normals(12, (8, len(x), config.latent_dim))
     bounds = obj.per_label_bounds(
-        obj.sampling_log_weights_fn(model, checkpoint.state.eval_variables()), x, noise, 10)
+        obj.sampling_log_weights_fn(model, checkpoint.state.eval_variables()), x, noise,
+        num_classes=10)
     read, _ = obj.bayes_classify(bounds)
     assert np.mean(np.asarray(read) == labels) >= 0.95

@@ -219,7 +219,7 @@ class Ladder(Family):
         logits = self._decode_all(self.join([t.z for t in layers]), onehot, train=train)
         return logits, tuple(layers)
 
-    def _pass(self, images, labels, noise, train):
+    def _pass(self, images, labels, noise, *, train: bool):
         eps = self.split(noise)
         return self._walk(images, labels, eps[-1].shape, train=train, z_of=lambda layer, mean,
                           logvar: mean + jnp.exp(0.5 * logvar) * eps[layer])
@@ -235,13 +235,14 @@ class Ladder(Family):
         return self.pixels(_with_label(h, onehot) if every else h)
 
     def draws(self, images, labels, noise, *, train: bool = False) -> jax.Array:
-        _, layers = self._pass(images, labels, noise, train)
+        _, layers = self._pass(images, labels, noise, train=train)
         return self.join([t.z for t in layers])
 
     def terms(self, images, labels, noise, *, train: bool = False,
               sampling_prior: bool = False) -> Terms:
-        return self._terms(images, labels, *self._pass(images, labels, noise, train),
-                           sampling_prior)
+        logits, layers = self._pass(images, labels, noise, train=train)
+        return self._terms(images, labels, logits=logits, layers=layers,
+                           sampling_prior=sampling_prior)
 
     def score(self, images, labels, z, *, train: bool = False,
               sampling_prior: bool = False) -> Terms:
@@ -250,9 +251,10 @@ class Ladder(Family):
         given = self.split(z)
         out = self._walk(images, labels, given[-1].shape, train=train,
                          z_of=lambda layer, *_: given[layer])
-        return self._terms(images, labels, *out, sampling_prior)
+        return self._terms(images, labels, logits=out[0], layers=out[1],
+                           sampling_prior=sampling_prior)
 
-    def _terms(self, images, labels, logits, layers, sampling_prior) -> Terms:
+    def _terms(self, images, labels, *, logits, layers, sampling_prior) -> Terms:
         log_px = -densities.reconstruction(logits, jnp.broadcast_to(images, logits.shape),
                                            self.config.likelihood)
         *lower, top = layers
@@ -298,7 +300,7 @@ class Ladder(Family):
     def reconstruct(self, images, labels):
         """(top mean, top logvar, -ELBO at every layer's posterior mean)."""
         zeros = jnp.zeros((1,) + images.shape[:1] + (self.noise_dim,), images.dtype)
-        logits, layers = self._pass(images, labels, zeros, False)
+        logits, layers = self._pass(images, labels, zeros, train=False)
         kl = sum(densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar)).sum(-1)
                  for t in layers)
         neg_elbo = densities.reconstruction(logits, images, self.config.likelihood) + kl

@@ -131,7 +131,7 @@ def _dreg_bound(model, variables, *, images, labels, noise, kl_weight, train, rn
     return dreg_surrogate(encoder_path, model_path)
 
 
-def counted_kl(kl, kl_dims_mean, kl_rest_mean, rest_dims: int, free_bits: float):
+def counted_kl(kl, kl_dims_mean, kl_rest_mean, *, rest_dims: int, free_bits: float):
     """The KL as the ELBO's loss counts it: the mean KL itself, or with free bits each
     closed-form dimension's mean floored at `free_bits` and the sampled part's mean at
     `free_bits` a dimension it covers (`rest_dims`)."""
@@ -158,8 +158,8 @@ def batch_loss(rows: RowTerms, *, objective: str, kl_weight, free_bits: float,
     rec, kl = mean(rows.reconstruction), mean(rows.kl)
     counted = kl
     if objective == "elbo":
-        counted = counted_kl(kl, mean(rows.kl_dims), mean(rows.kl_rest), rows.rest_dims,
-                             free_bits)
+        counted = counted_kl(kl, mean(rows.kl_dims), mean(rows.kl_rest),
+                             rest_dims=rows.rest_dims, free_bits=free_bits)
     if objective == "elbo" and weights is None:
         loss = rec + kl_weight * counted  # the sum of the means, as the ELBO is written
     else:
@@ -170,18 +170,27 @@ def batch_loss(rows: RowTerms, *, objective: str, kl_weight, free_bits: float,
     return loss, terms
 
 
-def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Array,
+BATCHED_LABEL_ROWS = 256  # images x labels read as one batch by `per_label_bounds`
+
+
+def per_label_bounds(log_weights_fn: Callable, images: jax.Array, noise: jax.Array, *,
                      num_classes: int) -> jax.Array:
     """IWAE_K bound on log p(x | y) for every label y: f32[B, classes], in one call.
 
-    log_weights_fn(images f32[B, P], labels i32[B], noise f32[K, B, D]) -> f32[K, B]; noise
+    log_weights_fn(images f32[R, P], labels i32[R], noise f32[K, R, D]) -> f32[K, R]; noise
     f32[K, B, D] is shared by an image's labels (common random numbers: the labels' bounds
-    differ by the model, not by the draws). The labels take their turn in a compiled loop
-    (`lax.map`), so the memory is one label's K x B decoder rows, not every label's: all ten
-    at once, a convolutional decoder's maps for a block of 1,024 digits took about 6 GB of
-    scratch (tests/test_convolution.py).
+    differ by the model, not by the draws). Up to `BATCHED_LABEL_ROWS` rows (B x classes) go
+    through the model as one batch (a picture the service reads: every label at once);
+    above it the labels take their turn in a compiled loop (`lax.map`), so the memory is one
+    label's K x B decoder rows: all ten at once, a convolutional decoder's maps for a block of
+    1,024 digits took about 6 GB of scratch (tests/test_convolution.py).
     """
     b = images.shape[0]
+    if b * num_classes <= BATCHED_LABEL_ROWS:
+        labels = jnp.repeat(jnp.arange(num_classes, dtype=jnp.int32), b)
+        log_w = log_weights_fn(jnp.tile(images, (num_classes, 1)), labels,
+                               jnp.tile(noise, (1, num_classes, 1)))
+        return iwae_bound(log_w).reshape(num_classes, b).T
 
     def one_label(label):
         return iwae_bound(log_weights_fn(images, jnp.full((b,), label, jnp.int32), noise))
@@ -224,7 +233,7 @@ def create_bayes_classify_fn(model, num_samples: int = BAYES_SAMPLES) -> Callabl
         noise = jax.random.normal(jax.random.key(_BAYES_SEED), (num_samples, 1, model.noise_dim))
         noise = jnp.broadcast_to(noise, (num_samples, images.shape[0], model.noise_dim))
         bounds = per_label_bounds(sampling_log_weights_fn(model, variables), images, noise,
-                                  model.num_classes)
+                                  num_classes=model.num_classes)
         return bayes_classify(bounds)[1]
 
     return classify

@@ -102,14 +102,17 @@ class OneLatent(Family):
               sampling_prior: bool = False) -> Terms:
         mean, logvar = self.encode(images, labels, train=train)
         z = mean + jnp.exp(0.5 * logvar) * noise
-        return self._scored(images, labels, z, mean, logvar, train, sampling_prior)
+        return self._scored(images, labels, z, posterior=(mean, logvar), train=train,
+                            sampling_prior=sampling_prior)
 
     def score(self, images, labels, z, *, train: bool = False,
               sampling_prior: bool = False) -> Terms:
         mean, logvar = self.encode(images, labels, train=train)
-        return self._scored(images, labels, z, mean, logvar, train, sampling_prior)
+        return self._scored(images, labels, z, posterior=(mean, logvar), train=train,
+                            sampling_prior=sampling_prior)
 
-    def _scored(self, images, labels, z, mean, logvar, train, sampling_prior) -> Terms:
+    def _scored(self, images, labels, z, *, posterior, train, sampling_prior) -> Terms:
+        mean, logvar = posterior
         k, b = z.shape[:2]
         logits = self.decode(z.reshape(k * b, -1), jnp.tile(labels, k), train=train)
         log_px = -densities.reconstruction(logits, jnp.tile(images, (k, 1)),

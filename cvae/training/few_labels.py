@@ -38,7 +38,7 @@ from cvae.model import objectives
 from cvae.data.splits import labelled_indices
 
 
-def shift_images(key: jax.Array, images: jax.Array, max_shift: int,
+def shift_images(key: jax.Array, images: jax.Array, max_shift: int, *,
                  image_shape: tuple[int, ...]) -> jax.Array:
     """Each image f32[B, P] moved by its own random (dy, dx) in [-max_shift, max_shift]^2
     (rolled: a digit's border is blank, so a roll of a few pixels is a shift)."""
@@ -70,10 +70,11 @@ def per_label_terms(model, variables: dict, *, x_labelled, y_labelled, x_unlabel
     if config.classifier_shift and shift_key is not None:
         first_key, second_key = jax.random.split(shift_key)
         shape = model.data.image_shape
-        read = shift_images(first_key, read, config.classifier_shift, shape)
+        read = shift_images(first_key, read, config.classifier_shift, image_shape=shape)
         if config.consistency_weight > 0:
             read = jnp.concatenate([read, shift_images(second_key, x_unlabelled,
-                                                       config.classifier_shift, shape)])
+                                                       config.classifier_shift,
+                                                       image_shape=shape)])
     noise = objectives.draw_noise(z_key, model, samples=config.importance_samples,
                                   batch=targets.shape[0])
     rows, class_logits, updates = objectives.row_terms(

@@ -78,7 +78,7 @@ def evaluate(eval_step: Callable, variables: dict, *, images: jax.Array, labels:
     kl_per_dim = totals["kl_per_dim"] / count
     rest_dims = registry.noise_dim(config) - kl_per_dim.shape[-1]
     counted = objectives.counted_kl(result["kl"], kl_per_dim, float(totals["kl_rest"]) / count,
-                                    rest_dims, config.free_bits)
+                                    rest_dims=rest_dims, free_bits=config.free_bits)
     result["loss"] = float(result["reconstruction"] + config.kl_weight * counted)
     result["neg_elbo"] = result["reconstruction"] + result["kl"]
     result["active_units"] = int(np.sum(kl_per_dim > ACTIVE_UNIT_NATS))
