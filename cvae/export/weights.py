@@ -4,7 +4,8 @@ Every variable the sampler uses (`TrainState.eval_variables()`: the parameters, 
 the run kept them, BatchNorm statistics where the model has them, and the mixture prior where
 the run fitted one) is one tensor named by its path in the Flax variable tree joined with dots,
 e.g. `params.decoder.Dense_0.kernel` or `prior.mixture.means`. The names follow the modules of
-`cvae.model.networks` for the config in `config.json`, so the same config gives the same names.
+the family `cvae.model.registry.create_model` builds for the config in `config.json`, so the
+same config gives the same names.
 
 Synopsis:
 

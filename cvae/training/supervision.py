@@ -16,7 +16,7 @@ Both answer the same questions, so no other module asks which mode a run is in:
 - `create_prior_labels(model)`: the labels the mixture prior is fitted under.
 The objects hold Python values and host arrays only, and what they build are pure functions of
 arrays: the jitted step stays pure. Below training, the model itself says whether it has a
-classifier (`CVAE.has_classifier`), which is all the sampler and `cvae eval` need to know.
+classifier (`Family.has_classifier`), which is all the sampler and `cvae eval` need to know.
 """
 
 from __future__ import annotations

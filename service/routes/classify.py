@@ -1,7 +1,7 @@
 """Reading a digit: `POST /classify` answers which digit the model reads in an uploaded picture:
 with its classifier q(y|x) (a model trained with `cvae train --labels N`), or, for a model
 trained with every label, by Bayes' rule, p(y|x) proportional to its bound on p(x|y) (the ten
-labels in one call, fixed draws; `cvae.model.log_weights`). The same JSON either way.
+labels in one call, fixed draws; `cvae.model.objectives`). The same JSON either way.
 
 The upload is read and prepared exactly as `/transfer` prepares it (service/uploads.py), with
 the same errors. The classifier runs through the sampler's fixed blocks (`Sampler.classify`),
