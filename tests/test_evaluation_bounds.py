@@ -3,8 +3,11 @@ their consistency check runs in float64.
 
 A model scored under a prior its posterior draws cannot reach gets bounds of thousands of nats
 (issue 44: 60 steps on 512 examples gave -5,500 to -211,000 nats under the fitted mixture, and
-the check then failed on float32 rounding). The ceiling here is 784 ln 2 = 543 nats: the
--log p(x) of a model that puts every pixel at 1/2, which any trained model beats.
+the check then failed on float32 rounding). Two ceilings: 784 ln 2 = 543 nats, the -log p(x)
+of a model that puts every pixel at 1/2, which a trained model beats; and the model's own
+negative ELBO under N(0, I) (what training minimised) plus `SLACK`: the mixture is fitted to the
+codes, so scored under it the posterior draws should do about as well as under N(0, I), not
+thousands of nats worse.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from cvae.training.callbacks import Checkpointer
 from cvae.training.loop import train_and_evaluate
 
 COIN_FLIPS = MNIST.pixels * math.log(2)  # nats: -log p(x) with every pixel's p at 1/2
+SLACK = 10.0  # nats: binarisation and K=10's noise between the two figures
 
 
 def train_briefly(directory, **changes) -> None:
@@ -71,6 +75,7 @@ def test_eval_of_a_briefly_trained_checkpoint_gives_finite_sane_bounds(tmp_path,
     assert bound["marginal_check"]["ok"] and bound["examples"] == 200
     for name in ("nll_conditional", "nll_marginal"):
         assert math.isfinite(bound[name]) and 0 < bound[name] < COIN_FLIPS, (name, bound)
+    assert bound["nll_conditional"] < results["elbo"]["neg_elbo"] + SLACK
     # No digit is out of the prior's reach: the marginal stays within log 10 of the conditional.
     assert bound["nll_marginal"] <= bound["nll_conditional"] + math.log(10)
     assert "check ok" in capsys.readouterr().out
@@ -85,11 +90,14 @@ def test_eval_of_a_briefly_trained_checkpoint_gives_finite_sane_bounds(tmp_path,
 def test_eval_of_a_briefly_trained_wide_latent_gives_finite_sane_bounds(tmp_path):
     """The same recipe with a 64-dimensional latent, the mixture fitted to the codes' means (a
     small network and two components a class: the fault is in the prior's fit, not in the
-    model's size, and a class of 50 codes fits one component of 64 dimensions anyway)."""
+    model's size, and a class of 50 codes fits one component of 64 dimensions anyway). So
+    small a network barely learns in 60 steps, so the ceiling is its own ELBO's."""
     train_briefly(tmp_path, hidden_sizes=(64,), latent_dim=64, prior_codes="means",
                   prior_components=2)
-    bound = run_eval(tmp_path / "run", tmp_path / "data",
-                     EvalOptions(iwae_k=10, iwae_limit=100, fidelity=False))["iwae"]
+    results = run_eval(tmp_path / "run", tmp_path / "data",
+                       EvalOptions(iwae_k=10, test_limit=100, fidelity=False))
+    bound = results["iwae"]
     assert bound["marginal_check"]["ok"]
     for name in ("nll_conditional", "nll_marginal"):
-        assert math.isfinite(bound[name]) and 0 < bound[name] < COIN_FLIPS, (name, bound)
+        assert math.isfinite(bound[name]) and bound[name] > 0, (name, bound)
+    assert bound["nll_conditional"] < results["elbo"]["neg_elbo"] + SLACK, bound
