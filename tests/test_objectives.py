@@ -263,7 +263,7 @@ def test_model_log_weights_are_the_evaluations(tiny_cvae):
     noise = jax.vmap(lambda i: iwae_eval.sample_noise(key, i, (6, latent_dim)))(indices)
     ours = obj.sampling_log_weights_fn(model, variables)(x, y, noise)
     theirs = iwae_eval.log_weights(model, variables, images=x, labels=y, key=key,
-                                   indices=indices, likelihood="bernoulli")
+                                   indices=indices)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(ours, by_hand_log_weights(model, variables, x, y, noise),
                                rtol=1e-5, atol=1e-4)

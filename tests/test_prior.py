@@ -129,11 +129,11 @@ def test_iwae_bound_uses_the_models_prior():
     labels = np.arange(8, dtype=np.int32)
     x = iwae.binarize_levels(jax.random.key(1), synthetic_images(labels).reshape(-1, 784))
     key, y = jax.random.key(2), jnp.asarray(labels)
-    mixed = iwae.create_iwae_fn(model, "bernoulli", 4)(variables, x, y, key)
+    mixed = iwae.create_iwae_fn(model, 4)(variables, x, y, key)
     standard = iwae.create_iwae_fn(create_model(config.replace(prior="standard")),
                                    "bernoulli", 4)({"params": variables["params"]}, x, y, key)
     np.testing.assert_allclose(mixed, standard, rtol=1e-5)
     far = jax.tree.map(lambda a: a, variables)
     far["prior"][prior.VARIABLE]["means"] = far["prior"][prior.VARIABLE]["means"] + 10.0
-    assert np.all(np.asarray(iwae.create_iwae_fn(model, "bernoulli", 4)(far, x, y, key))
+    assert np.all(np.asarray(iwae.create_iwae_fn(model, 4)(far, x, y, key))
                   < np.asarray(standard) - 50)
