@@ -9,7 +9,7 @@ from cvae import presets
 from cvae.sampling.grid import grid_shape
 from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model, init_variables
-from cvae.sampling.blocks import DECODE_BLOCKS
+from cvae.sampling.blocks import DECODE_BLOCKS, ROW_BY_ROW
 from cvae.sampling.grid import grid_columns
 from cvae.sampling.sampler import create_sampler, draw_latents, request_latents
 
@@ -105,11 +105,10 @@ def test_a_block_size_only_classify_cannot_keep_stays_for_drawing():
     np.testing.assert_array_equal(sampler.classify(images), np.full((20, 10), 0.1, np.float32))
 
 
-@pytest.mark.parametrize("labels, reads_with", [("all", (min(DECODE_BLOCKS),)),
-                                                ("20", DECODE_BLOCKS)])
-def test_bayes_rule_reads_with_one_checked_block_size_and_q_with_all(labels, reads_with):
-    """Bayes' rule (every label) is checked and read in the smallest block only (the service
-    reads one picture a request); a row's reading has the same bits alone or among 70 others.
+@pytest.mark.parametrize("labels, reads_with", [("all", ROW_BY_ROW), ("20", DECODE_BLOCKS)])
+def test_bayes_rule_reads_a_picture_at_a_time_and_q_with_every_block(labels, reads_with):
+    """Bayes' rule (every label) reads one picture a call (the service reads one a request,
+    every label's draws batched); a row's reading has the same bits alone or among 70 others.
     A few-label model's q(y|x) keeps every size."""
     config = presets.test().replace(labels=labels)
     model = create_model(config)
