@@ -131,7 +131,7 @@ def test_iwae_bound_uses_the_models_prior():
     key, y = jax.random.key(2), jnp.asarray(labels)
     mixed = iwae.create_iwae_fn(model, 4)(variables, x, y, key)
     standard = iwae.create_iwae_fn(create_model(config.replace(prior="standard")),
-                                   "bernoulli", 4)({"params": variables["params"]}, x, y, key)
+                                   4)({"params": variables["params"]}, x, y, key)
     np.testing.assert_allclose(mixed, standard, rtol=1e-5)
     far = jax.tree.map(lambda a: a, variables)
     far["prior"][prior.VARIABLE]["means"] = far["prior"][prior.VARIABLE]["means"] + 10.0

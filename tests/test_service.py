@@ -163,6 +163,7 @@ class GatedDecoder:
 
     def __init__(self, sampler):
         self.sampler, self.noise_dim = sampler, sampler.noise_dim
+        self.classes, self.config = sampler.classes, sampler.config  # what the routes read
         self.entered, self.release = threading.Event(), threading.Event()
 
     def decode(self, z, labels):
