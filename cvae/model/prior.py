@@ -41,8 +41,12 @@ _COVARIANCE_FLOOR = 1e-4  # added to each covariance's diagonal: no component co
 
 
 def standard_mixture(num_classes: int, components: int, latent_dim: int) -> dict:
-    """Every component N(0, I) with equal weight: the standard prior, before any fit."""
-    return {"weights": jnp.full((num_classes, components), 1.0 / components),
+    """Every component N(0, I) with equal weight: the standard prior, before any fit.
+
+    float32 like a fitted mixture's weights, not a Python float's weak type: with weak weights,
+    the first epoch's train chunk and prior fit were traced and compiled once more for the
+    fitted (strong) weights of every later epoch."""
+    return {"weights": jnp.full((num_classes, components), 1.0 / components, jnp.float32),
             "means": jnp.zeros((num_classes, components, latent_dim)),
             "scale_tril": jnp.broadcast_to(jnp.eye(latent_dim),
                                            (num_classes, components, latent_dim, latent_dim))}
