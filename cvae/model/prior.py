@@ -29,7 +29,6 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize
@@ -57,6 +56,10 @@ def truncation_radius(quantile: float, width: int) -> float | None:
     distribution's quantile); None for quantile 1, no truncation."""
     if quantile >= 1:
         return None
+    # Imported here: SciPy's special functions load in ~0.3 CPU-s (numpy.f2py among them), and
+    # only a truncated draw needs one (not a --preset test run, nor its `cvae serve` workers).
+    import scipy.special
+
     return float(np.sqrt(2.0 * scipy.special.gammaincinv(0.5 * width, quantile)))
 
 
