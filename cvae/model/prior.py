@@ -29,7 +29,6 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize
@@ -41,8 +40,12 @@ _COVARIANCE_FLOOR = 1e-4  # added to each covariance's diagonal: no component co
 
 
 def standard_mixture(num_classes: int, components: int, latent_dim: int) -> dict:
-    """Every component N(0, I) with equal weight: the standard prior, before any fit."""
-    return {"weights": jnp.full((num_classes, components), 1.0 / components),
+    """Every component N(0, I) with equal weight: the standard prior, before any fit.
+
+    float32 like a fitted mixture's weights, not a Python float's weak type: with weak weights,
+    the first epoch's train chunk and prior fit were traced and compiled once more for the
+    fitted (strong) weights of every later epoch."""
+    return {"weights": jnp.full((num_classes, components), 1.0 / components, jnp.float32),
             "means": jnp.zeros((num_classes, components, latent_dim)),
             "scale_tril": jnp.broadcast_to(jnp.eye(latent_dim),
                                            (num_classes, components, latent_dim, latent_dim))}
@@ -53,6 +56,10 @@ def truncation_radius(quantile: float, width: int) -> float | None:
     distribution's quantile); None for quantile 1, no truncation."""
     if quantile >= 1:
         return None
+    # Imported here: SciPy's special functions load in ~0.3 CPU-s (numpy.f2py among them), and
+    # only a truncated draw needs one (not a --preset test run, nor its `cvae serve` workers).
+    import scipy.special
+
     return float(np.sqrt(2.0 * scipy.special.gammaincinv(0.5 * width, quantile)))
 
 

@@ -71,8 +71,12 @@ def init_variables(model, key):
     import jax.numpy as jnp
 
     params_key, _, dropout_key = jax.random.split(key, 3)  # the middle key: no longer used
-    images = jnp.zeros((1, model.data.pixels), jnp.float32)
-    labels = jnp.zeros((1,), jnp.int32)
-    noise = jnp.zeros((1, model.noise_dim), jnp.float32)
-    return model.init({"params": params_key, "dropout": dropout_key}, images, labels, noise,
-                      method="initialize")
+    # Abstract inputs (flax's lazy_init): each initializer runs op by op as under `init`, the
+    # same programs and bits, but the forward pass through the batch of one (dots, activations,
+    # the loss terms) is only traced, not compiled and run one op at a time: 1.6 CPU-s less
+    # with a cold compilation cache. (Under jax.jit the VampPrior's initial values differ.)
+    images = jax.ShapeDtypeStruct((1, model.data.pixels), jnp.float32)
+    labels = jax.ShapeDtypeStruct((1,), jnp.int32)
+    noise = jax.ShapeDtypeStruct((1, model.noise_dim), jnp.float32)
+    return model.lazy_init({"params": params_key, "dropout": dropout_key}, images, labels, noise,
+                           method="initialize")
