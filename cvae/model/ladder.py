@@ -29,8 +29,8 @@ from cvae.config import Config
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities
 from cvae.model.interface import LEARNED_PRIORS, Family, Terms
-from cvae.model.layers import (ACTIVATION_FNS, check_conv_shape, image_features, pixel_logits,
-                               soft_clamp)
+from cvae.model.layers import (ACTIVATION_FNS, after_dense, check_conv_shape, image_features,
+                               pixel_logits, soft_clamp)
 
 
 class LayerTerms(NamedTuple):
@@ -89,12 +89,7 @@ class _MLP(nn.Module):
         if onehot is not None:
             h = _with_label(h, onehot)
         for width in self.widths:
-            h = nn.Dense(width)(h)
-            if cfg.batch_norm:
-                h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
-            h = ACTIVATION_FNS[cfg.activation](h)
-            if cfg.dropout_rate > 0:
-                h = nn.Dropout(cfg.dropout_rate, deterministic=not train)(h)
+            h = after_dense(nn.Dense(width)(h), cfg, train=train)
         return h
 
 
@@ -105,13 +100,7 @@ class _Post(nn.Module):
 
     @nn.compact
     def __call__(self, h: jax.Array, *, train: bool) -> jax.Array:
-        cfg = self.config
-        if cfg.batch_norm:
-            h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
-        h = ACTIVATION_FNS[cfg.activation](h)
-        if cfg.dropout_rate > 0:
-            h = nn.Dropout(cfg.dropout_rate, deterministic=not train)(h)
-        return h
+        return after_dense(h, self.config, train=train)
 
 
 class _Gaussian(nn.Module):

@@ -41,6 +41,17 @@ def check_conv_shape(data: DatasetSpec) -> None:
             f"(e.g. 8, 28, 32, 64); use --architecture mlp")
 
 
+def after_dense(h: jax.Array, config: Config, *, train: bool) -> jax.Array:
+    """What follows a dense map in every hidden block: (BatchNorm) -> activation -> (Dropout).
+    Call it inside a module's compact method: its BatchNorm is that module's own."""
+    if config.batch_norm:
+        h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
+    h = ACTIVATION_FNS[config.activation](h)
+    if config.dropout_rate > 0:
+        h = nn.Dropout(config.dropout_rate, deterministic=not train)(h)
+    return h
+
+
 class _Block(nn.Module):
     """Dense -> (BatchNorm) -> activation -> (Dropout)."""
 
