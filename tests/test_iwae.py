@@ -131,7 +131,7 @@ def tiny_ladder(tiny):
 def _ladder_log_weights_by_hand(model, variables, x, y, noise, log_prior_top):
     """log p(x | z, y) + sum_l log p(z_l | z_l+1, y) + log p(z_top | y) - sum_l log q(z_l | ...)
     from the ladder's own pass, written out layer by layer."""
-    logits, layers = model.apply(variables, x, y, noise, False, method="_pass")
+    logits, layers = model.apply(variables, x, y, noise, train=False, method="_pass")
     *lower, top = layers
     log_px = -densities.reconstruction(logits, jnp.broadcast_to(x, logits.shape), "bernoulli")
     log_q = sum(densities.gaussian_log_density(t.z, t.q_mean, t.q_logvar) for t in layers)
