@@ -192,10 +192,51 @@ def test_grid_shape_bad_n_raises_value_error_naming_n():
     "grid",
     [
         np.zeros((4, 4), dtype=np.float32),
-        np.zeros((4, 4, 3), dtype=np.uint8),
+        np.zeros((4, 4, 2), dtype=np.uint8),
         np.zeros((0, 4), dtype=np.uint8),
     ],
 )
-def test_png_bytes_rejects_non_uint8_2d_grid(grid):
-    with pytest.raises(ValueError, match=r"^grid must be a non-empty uint8\[H, W\]"):
+def test_png_bytes_rejects_what_is_neither_a_grey_nor_an_rgb_grid(grid):
+    with pytest.raises(ValueError, match=r"^grid must be a non-empty uint8\[H, W\] or"):
         png_bytes(grid)
+
+
+# ---- colour tiles: (h, w, 3) -> an RGB grid and an RGB PNG ------------------------------------
+
+COLOUR = (6, 5, 3)  # a non-square RGB tile, so height and width cannot be swapped unseen
+
+
+def test_colour_tiles_are_placed_channel_by_channel():
+    images = np.random.default_rng(8).integers(0, 256, (5, *COLOUR), dtype=np.uint8)
+    grid = make_grid(images, cols=2, pad=1, pad_value=7, image_shape=COLOUR)
+    assert grid.shape == (*grid_shape(5, 2, pad=1, image_shape=COLOUR), 3)
+    for i in range(5):
+        row, col = divmod(i, 2)
+        top, left = 1 + row * 7, 1 + col * 6
+        np.testing.assert_array_equal(grid[top:top + 6, left:left + 5], images[i])
+    assert (grid[0] == 7).all()  # the border, in every channel
+
+
+def test_flat_colour_images_give_the_same_grid_as_shaped_ones():
+    images = np.random.default_rng(9).random((4, *COLOUR), dtype=np.float32)
+    np.testing.assert_array_equal(make_grid(images.reshape(4, -1), cols=3, image_shape=COLOUR),
+                                  make_grid(images, cols=3, image_shape=COLOUR))
+
+
+def test_colour_png_round_trip_gives_identical_array_in_mode_rgb():
+    images = np.random.default_rng(10).random((7, *COLOUR))
+    grid = make_grid(images, cols=3, scale=2, pad=2, image_shape=COLOUR)
+    with Image.open(io.BytesIO(png_bytes(grid))) as image:
+        assert image.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(image), grid)
+
+
+def test_one_channel_tiles_give_the_grey_grid_and_its_bytes():
+    images = np.random.default_rng(11).random((3, 28, 28), dtype=np.float32)
+    grey = png_bytes(make_grid(images, cols=3))
+    assert png_bytes(make_grid(images[..., None], cols=3, image_shape=(28, 28, 1))) == grey
+
+
+def test_a_channel_count_other_than_one_or_three_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"^image_shape must be .*got \(6, 5, 4\)"):
+        make_grid(np.zeros((2, 6, 5, 4)), cols=2, image_shape=(6, 5, 4))

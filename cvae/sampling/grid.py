@@ -1,5 +1,5 @@
-"""Tile grey images (28x28 digits, or any one dataset's height x width) into one grid and
-encode it as a PNG.
+"""Tile images (28x28 grey digits, or any one dataset's height x width, grey or RGB) into one
+grid and encode it as a PNG.
 
 Sampling (`cvae sample`) and the HTTP service (`GET /sample`) both return a grid of digits, and
 the service promises byte-identical PNGs for the same seed, so the layout and the encoding live
@@ -7,8 +7,10 @@ here once, in pure NumPy + Pillow with no JAX, where they can be tested instantl
 the `torchvision.utils.make_grid` convention (see docs/design.md, "HTTP service"): tiles of
 `h*scale` x `w*scale` px, row-major, with `pad` px of background around every tile including
 the outer border, so `width = cols*(w*scale+pad)+pad` and `height = rows*(h*scale+pad)+pad`.
-A tile's (h, w) is its dataset spec's (`DatasetSpec.stored_shape`); callers pass it as
-`image_shape`, which defaults to MNIST's (28, 28).
+A tile's shape is its dataset spec's (`DatasetSpec.stored_shape`: (h, w) for grey images,
+(h, w, 3) for colour); callers pass it as `image_shape`, which defaults to MNIST's (28, 28). A
+grey grid is an 8-bit grayscale PNG (mode L), a colour one an 8-bit RGB PNG, so the grids of
+the grey datasets keep the bytes they always had.
 """
 
 from __future__ import annotations
@@ -48,34 +50,49 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
     return n if digit is None else int(np.ceil(np.sqrt(n)))
 
 
-# A tile's (height, width) when the caller names none: the default dataset's.
+# A tile's shape when the caller names none: the default dataset's (height, width).
 DEFAULT_IMAGE_SHAPE = MNIST.stored_shape
+COLOUR_CHANNELS = 3  # RGB: the one colour layout a PNG grid is written in
+
+
+def tile_shape(image_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """(h, w) or (h, w, 1) -> (h, w); (h, w, 3) -> (h, w, 3): the tile as the grid holds it.
+    ValueError for any other channel count."""
+    shape = tuple(int(side) for side in image_shape)
+    if len(shape) == 3 and shape[2] == 1:
+        return shape[:2]
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] == COLOUR_CHANNELS):
+        return shape
+    raise ValueError(f"image_shape must be (h, w), (h, w, 1) or (h, w, {COLOUR_CHANNELS}), "
+                     f"got {shape}")
 
 
 def grid_shape(n: int, cols: int, *, scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD,
-               image_shape: tuple[int, int] = DEFAULT_IMAGE_SHAPE) -> tuple[int, int]:
+               image_shape: tuple[int, ...] = DEFAULT_IMAGE_SHAPE) -> tuple[int, int]:
     """Returns (height, width) in px of the grid that `make_grid` builds for `n` images of
-    `image_shape` (height, width)."""
+    `image_shape` ((h, w) or (h, w, channels))."""
     n = _check_int("n", n, 1)
     cols = _check_int("cols", cols, 1)
     scale = _check_int("scale", scale, 1, high=MAX_SCALE)
     pad = _check_int("pad", pad, 0, high=MAX_PAD)
     rows = math.ceil(n / cols)
-    height, width = image_shape
+    height, width = image_shape[:2]
     return rows * (height * scale + pad) + pad, cols * (width * scale + pad) + pad
 
 
 def _to_uint8(images: np.ndarray,
-              image_shape: tuple[int, int] = DEFAULT_IMAGE_SHAPE) -> np.ndarray:
-    """images: float[N, h, w] or [N, h*w] in [0, 1], or uint8 -> uint8[N, h, w], where
-    (h, w) = image_shape."""
+              image_shape: tuple[int, ...] = DEFAULT_IMAGE_SHAPE) -> np.ndarray:
+    """images: float[N, *shape] or [N, prod(shape)] in [0, 1], or uint8 -> uint8[N, *shape],
+    where shape = tile_shape(image_shape)."""
     images = np.asarray(images)
-    height, width = image_shape
-    if images.ndim == 2 and images.shape[1] == height * width:
-        images = images.reshape(-1, height, width)
-    if images.ndim != 3 or images.shape[1:] != tuple(image_shape):
-        raise ValueError(f"images must have shape [N, {height}, {width}] or "
-                         f"[N, {height * width}], got {list(images.shape)}")
+    shape = tile_shape(image_shape)
+    size = math.prod(shape)
+    if images.ndim == 2 and images.shape[1] == size or images.shape[1:] == (*shape, 1):
+        images = images.reshape(-1, *shape)
+    if images.shape[1:] != shape:
+        dims = ", ".join(map(str, shape))
+        raise ValueError(f"images must have shape [N, {dims}] or [N, {size}], "
+                         f"got {list(images.shape)}")
     if images.shape[0] < 1:
         raise ValueError("images must hold n >= 1 images, got 0")
     if images.dtype == np.uint8:
@@ -92,21 +109,23 @@ def _to_uint8(images: np.ndarray,
 
 def make_grid(
     images: np.ndarray, cols: int, *, pad: int = DEFAULT_PAD, scale: int = DEFAULT_SCALE,
-    pad_value: int = 0, image_shape: tuple[int, int] = DEFAULT_IMAGE_SHAPE,
+    pad_value: int = 0, image_shape: tuple[int, ...] = DEFAULT_IMAGE_SHAPE,
 ) -> np.ndarray:
-    """Tiles images row-major into one grayscale grid.
+    """Tiles images row-major into one grid, grayscale or RGB as the tiles are.
 
     Args:
-      images: float[N, h, w] (or [N, h*w]) in [0, 1], clipped, quantised as
-        `np.round(clip(x, 0, 1) * 255)` (round half to even); or uint8[N, h, w] used as is.
+      images: float[N, *image_shape] (or flattened, [N, h*w*c]) in [0, 1], clipped, quantised
+        as `np.round(clip(x, 0, 1) * 255)` (round half to even); or uint8 used as is.
       cols: tiles per row (>= 1); rows = ceil(N / cols), empty tiles in the last row are background.
       pad: background px around every tile, outer border included (0..MAX_PAD).
       scale: nearest-neighbour integer upscale of each tile (1..MAX_SCALE).
-      pad_value: background grey level (0..255).
-      image_shape: a tile's (h, w): the dataset spec's `stored_shape` (default MNIST's).
+      pad_value: background level (0..255), in every channel.
+      image_shape: a tile's (h, w) or (h, w, c): the dataset spec's `stored_shape` (default
+        MNIST's); c is 1 (grey) or 3 (RGB).
 
     Returns:
-      uint8[H, W] with (H, W) = grid_shape(N, cols, scale, pad, image_shape).
+      uint8[H, W] (grey) or uint8[H, W, 3] (RGB), with (H, W) = grid_shape(N, cols, scale,
+      pad, image_shape).
     """
     tiles = _to_uint8(images, image_shape)
     n = tiles.shape[0]
@@ -115,7 +134,7 @@ def make_grid(
     if scale > 1:
         tiles = tiles.repeat(scale, axis=1).repeat(scale, axis=2)
     tall, wide = image_shape[0] * scale, image_shape[1] * scale
-    grid = np.full((height, width), pad_value, dtype=np.uint8)
+    grid = np.full((height, width, *tiles.shape[3:]), pad_value, dtype=np.uint8)
     for index in range(n):
         row, col = divmod(index, cols)
         top = pad + row * (tall + pad)
@@ -126,15 +145,16 @@ def make_grid(
 
 def _check_grid(grid: np.ndarray) -> np.ndarray:
     grid = np.asarray(grid)
-    if grid.ndim != 2 or grid.dtype != np.uint8 or grid.size == 0:
-        raise ValueError(
-            f"grid must be a non-empty uint8[H, W] array, got {grid.dtype}{list(grid.shape)}"
-        )
+    colour = grid.ndim == 3 and grid.shape[2] == COLOUR_CHANNELS
+    if grid.ndim != 2 and not colour or grid.dtype != np.uint8 or grid.size == 0:
+        raise ValueError(f"grid must be a non-empty uint8[H, W] or uint8[H, W, 3] array, got "
+                         f"{grid.dtype}{list(grid.shape)}")
     return np.ascontiguousarray(grid)
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_COMPRESS_LEVEL = 1
+PNG_GRAY, PNG_RGB = 0, 2  # the IHDR colour types written
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -143,7 +163,8 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def png_bytes(grid: np.ndarray) -> bytes:
-    """Encodes grid uint8[H, W] as an 8-bit grayscale PNG (filter "None", zlib level 1).
+    """Encodes grid uint8[H, W] as an 8-bit grayscale PNG, or uint8[H, W, 3] as an 8-bit RGB
+    one (filter "None", zlib level 1).
 
     Written out here rather than by Pillow because encoding is the service's largest
     per-request cost: Pillow's encoder tries every PNG row filter (adaptive filtering), which
@@ -153,10 +174,12 @@ def png_bytes(grid: np.ndarray) -> bytes:
     reads it; the tests check that it decodes back to `grid` exactly.
     """
     grid = _check_grid(grid)
-    height, width = grid.shape
-    scanlines = np.zeros((height, width + 1), np.uint8)  # each row: filter byte 0, then pixels
-    scanlines[:, 1:] = grid
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit gray, no interlace
+    height, width = grid.shape[:2]
+    row = grid.reshape(height, -1)  # RGB: r, g, b of each pixel in turn, as PNG stores them
+    scanlines = np.zeros((height, row.shape[1] + 1), np.uint8)  # filter byte 0, then pixels
+    scanlines[:, 1:] = row
+    kind = PNG_GRAY if grid.ndim == 2 else PNG_RGB
+    header = struct.pack(">IIBBBBB", width, height, 8, kind, 0, 0, 0)  # 8-bit, no interlace
     return b"".join((PNG_SIGNATURE, _png_chunk(b"IHDR", header),
                      _png_chunk(b"IDAT", zlib.compress(scanlines.tobytes(), PNG_COMPRESS_LEVEL)),
                      _png_chunk(b"IEND", b"")))

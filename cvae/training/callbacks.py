@@ -240,7 +240,8 @@ class Checkpointer(Callback):
 
 
 class SampleGrid(Callback):
-    """Writes a 10x10 grid (row d = ten samples of digit d, fixed seed) at each evaluation."""
+    """Writes a grid (row d = ten samples of class d, fixed seed; grey or RGB as the data is) at
+    each evaluation."""
 
     def __init__(self, seed: int = 0, n: int = 10):
         self.seed, self.n = seed, n
@@ -253,7 +254,8 @@ class SampleGrid(Callback):
         # This process's copy: only the writer samples, so no program may span the mesh.
         self.sampler.variables = local_copy(run.state.eval_variables())
         images = self.sampler.sample_images(None, self.n, self.seed)
-        grid = make_grid(images, cols=self.n, pad=2, scale=1)
+        grid = make_grid(images, cols=self.n, pad=2, scale=1,
+                         image_shape=run.config.spec.stored_shape)
         save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
         save_png(grid, Path(run.checkpoint_dir) / "samples_latest.png")
 
