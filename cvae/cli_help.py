@@ -63,10 +63,12 @@ fails the others are stopped.""",
     "sample": (
         "render a PNG grid of generated digits",
         """\
-Draw a PNG grid of generated digits from a checkpoint, without a server: n samples of --digit,
-or one row of n per digit. The same checkpoint, seed and flags give the same PNG bytes.""",
+Draw a PNG grid of generated digits from a checkpoint, without a server: n samples of --digit
+(or of --label, a class by name), or one row of n per class; RGB for a colour dataset. The same
+checkpoint, seed and flags give the same PNG bytes.""",
         """\
   cvae sample --digit 7 --n 16 --scale 4 --out sevens.png
+  cvae sample --label Sneaker --n 16 --out sneakers.png     # a class by its name
   cvae sample --n 10 --seed 0 --scale 2 --out samples.png    # one row per digit"""),
     "eval": (
         "test-set metrics of a checkpoint",

@@ -254,6 +254,11 @@ class Sampler:
         """The labels this model draws, 0..num_classes - 1 of its dataset's spec."""
         return tuple(range(self.config.spec.num_classes))
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The names of `classes`, in their order: the dataset spec's."""
+        return self.config.spec.class_names
+
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Prior draws f32[B, noise_dim], i32[B] -> f32[B, h, w], in `plan_blocks`' blocks."""
         return self._decode_blocks(self.decode_fn, z, labels)
