@@ -8,7 +8,10 @@ one pydantic call (`query_model`) and describes it with `query_parameters`.
 
 A label's range is the served model's dataset's (its spec's class count), which is known only
 once a checkpoint is loaded: the models bound labels by the largest class count of the
-registry, and each route then checks them against the served model with `check_labels`.
+registry, and each route then checks them against the served model with `check_labels`. A
+class may also be named (`label=dog`, or its index as text): `class_label` reads it against the
+served model's class names (`cvae.data.class_names`), and an unknown one is a 422 that lists
+them.
 
 A bad query string is answered 422 with `message` (one sentence per bad parameter: its name,
 what it accepts, the value given) and `detail` (FastAPI's list of problems). A parameter the
@@ -30,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
                          DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
                          MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
+from cvae.data.class_names import UnknownLabel, describe_classes, label_index
 from cvae.data.specs import largest_label
 
 LARGEST_LABEL = largest_label()  # over every dataset; `check_labels` narrows it per model
@@ -43,12 +47,12 @@ PARAMETER_RULES = {
     "temperature": f"a number with 0 < temperature <= {MAX_TEMPERATURE:g}",
     "scale": f"an integer in 1..{MAX_SCALE}",
     "pad": f"an integer in 0..{MAX_PAD}",
-    "label": f"an integer in 0..{LARGEST_LABEL} (the digit the image shows), or omitted to let "
-             "the model read it",
+    "label": "a class of the served model, by its name or its index",
     "digits": f"integers in 0..{LARGEST_LABEL}, given 1 to {LARGEST_LABEL + 1} times "
               f"(digits=3&digits=5), or omitted for 0-{LARGEST_LABEL}",
     "samples": f"an integer in 0..{MAX_POSTERIOR_SAMPLES} (0: the posterior mean)",
-    "prepare": "mnist (fit the digit as MNIST was made) or none (a 28x28 image as it is)",
+    "prepare": "auto, mnist (fit the digit as MNIST was made; grey models), fit (the whole "
+               "picture resized to the model's size) or none (an image of that size as it is)",
     "show_input": "true or false",
     "walk": "latent (between two seeds, per digit) or digits (one z through the ten digits)",
     "to_seed": f"an integer in 0..{MAX_SEED}",
@@ -61,9 +65,16 @@ Seed = Annotated[int | None, Field(ge=0, le=MAX_SEED,
                                    description="omit for a random one (see X-Seed)")]
 Scale = Annotated[int, Field(ge=1, le=MAX_SCALE, description="integer upscale of each tile")]
 Pad = Annotated[int, Field(ge=0, le=MAX_PAD, description="px around every tile")]
-PrepareMode = Annotated[Literal["mnist", "none"], Field(
-    description="mnist: fit the digit into 20x20, centre of mass at the centre of 28x28; none: "
-                "a 28x28 image as it is (light on dark)")]
+PrepareMode = Annotated[Literal["auto", "mnist", "fit", "none"], Field(
+    description="mnist: fit the digit into 20x20, centre of mass at the centre of 28x28 (grey "
+                "models); fit: the whole picture cropped to the model's aspect ratio and "
+                "resized to its size, in colour for a colour model; none: an image of the "
+                "model's size as it is (light on dark when grey); auto: mnist for a grey "
+                "model, fit for a colour one")]
+# A class by name ("dog", "Ankle boot") or by its index as text ("7").
+ClassName = Annotated[str | None, Field(min_length=1, max_length=200, description=(
+    "a class by its name in the served model's dataset (see /readyz's config.class_names) or "
+    "its index"))]
 
 
 class SampleParams(BaseModel):
@@ -73,6 +84,7 @@ class SampleParams(BaseModel):
 
     digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
                               description="0-9; omit: one row per digit")
+    label: ClassName = None
     n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
     cols: int | None = Field(None, ge=1, le=MAX_N,
                              description="default ceil(sqrt(n)); n without digit")
@@ -95,6 +107,7 @@ class InterpolateParams(BaseModel):
     digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
                               description="latent: 0-9, omit for a row per "
                               "digit; digits: whose samples are kept (default 0)")
+    label: ClassName = None
     seed: Seed = None
     to_seed: int | None = Field(None, ge=0, le=MAX_SEED,
                                 description="latent walk's far end; default seed + 1")
@@ -114,16 +127,16 @@ class TransferParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    label: int | None = Field(None, ge=0, le=LARGEST_LABEL,
-                              description="the digit the image shows; omit: "
-                              "the label with the best ELBO (see X-Label)")
+    label: str | None = Field(None, min_length=1, max_length=200,
+                              description="the class the image shows, by name or index; "
+                              "omit: the label with the best ELBO (see X-Label)")
     digits: list[Annotated[int, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
         None, min_length=1, max_length=LARGEST_LABEL + 1, validate_default=True,
         description="labels to decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
     samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
                          "mean (one row); k: k posterior draws, one row each")
     seed: Seed = None
-    prepare: PrepareMode = "mnist"
+    prepare: PrepareMode = "auto"
     show_input: bool = Field(False, description="start every row with the prepared 28x28 "
                                                 "input")
     cols: int | None = Field(None, ge=1, le=MAX_N, description="default: one row per z "
@@ -209,6 +222,38 @@ def check_labels(classes: int, **labels: int | tuple[int, ...] | None) -> None:
                            "input": value, "ctx": {"le": classes - 1, "rule": rule}})
     if errors:
         raise RequestValidationError(errors)
+
+
+def class_label(names: Sequence[str], label: str | None, *, digit: int | None = None
+                ) -> int | None:
+    """The class a route reads: `label` (a name of `names`, the served model's, or an index)
+    when given, else `digit` (already bounded by `check_labels`). Raises the 422 of a bad
+    query string, listing the names, for an unknown label or one given beside `digit`."""
+    if label is None:
+        return digit
+    if digit is not None:
+        rule = "omitted when digit is given (the same choice, by index)"
+    else:
+        try:
+            return label_index(names, label)
+        except UnknownLabel:
+            rule = f"a class of this model: {describe_classes(names)}"
+    raise RequestValidationError([{"type": "unknown_class", "loc": ("query", "label"),
+                                   "msg": f"Input should be {rule}", "input": label,
+                                   "ctx": {"rule": rule, "classes": list(names)}}])
+
+
+def prepare_mode(prepare: str, channels: int) -> str:
+    """`prepare` for a model of `channels` (1 or 3): auto made concrete; mnist refused with
+    the 422 of a bad query string for a colour model (no digit to centre)."""
+    if prepare == "auto":
+        return "mnist" if channels == 1 else "fit"
+    if prepare == "mnist" and channels != 1:
+        rule = "fit or none for this colour model (mnist centres a grey digit)"
+        raise RequestValidationError([{"type": "literal_error", "loc": ("query", "prepare"),
+                                       "msg": f"Input should be {rule}", "input": prepare,
+                                       "ctx": {"rule": rule}}])
+    return prepare
 
 
 def route_parameters(request: Request) -> list[str]:

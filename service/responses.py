@@ -94,7 +94,9 @@ SAMPLE_RESPONSES = {
 def config_summary(loaded: Loaded) -> dict:
     """/readyz's `config`: what a person checks to see which model answers."""
     config = loaded.sampler.config
-    return {"dataset": config.dataset, "architecture": config.architecture,
+    spec = config.spec
+    return {"dataset": config.dataset, "class_names": list(spec.class_names),
+            "image_shape": list(spec.image_shape), "architecture": config.architecture,
             "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim,
             "activation": config.activation, "likelihood": config.likelihood,
             "ema_decay": config.ema_decay, "truncation": config.truncation}
@@ -109,9 +111,9 @@ INLINE_ENCODE_PIXELS = 1 << 18
 
 
 async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int, *,
-                     image_shape: tuple[int, int]) -> bytes:
-    """images f32[R, h, w] -> PNG grid bytes; `image_shape`: (h, w), the served model's
-    dataset's (`DatasetSpec.stored_shape`)."""
+                     image_shape: tuple[int, ...]) -> bytes:
+    """images f32[R, *image_shape] -> PNG grid bytes (grey, or RGB); `image_shape`: the served
+    model's dataset's (`DatasetSpec.stored_shape`)."""
     height, width = grid_shape(len(images), cols, scale=scale, pad=pad, image_shape=image_shape)
     if height * width <= INLINE_ENCODE_PIXELS:
         return png_bytes(make_grid(images, cols, pad=pad, scale=scale, image_shape=image_shape))
@@ -148,7 +150,7 @@ def busy(message: str) -> JSONResponse:
 
 
 def too_large(params, tiles: int, cols: int, count: str = "n", *,
-              image_shape: tuple[int, int]) -> JSONResponse | None:
+              image_shape: tuple[int, ...]) -> JSONResponse | None:
     """The 422 for a grid of `tiles` of `image_shape` (h, w) over MAX_PIXELS (None when it
     fits); `count` names the parameter that sets the number of tiles."""
     height, width = grid_shape(tiles, cols, scale=params.scale, pad=params.pad,

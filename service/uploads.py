@@ -59,7 +59,7 @@ class BodyTooLarge(Exception):
     """The request body is over MAX_UPLOAD_BYTES."""
 
 
-async def read_digit(request: Request, prepare: digit_image.Prepare, *, shape: tuple[int, int]
+async def read_digit(request: Request, prepare: digit_image.Prepare, *, shape: tuple[int, ...]
                      ) -> tuple[np.ndarray, str] | JSONResponse:
     """(the prepared uint8[*shape] digit, sha256 of the body), or the error to answer instead.
     `shape`: the served model's images, (h, w) of its dataset's spec. Decoding and preparing
@@ -89,7 +89,7 @@ async def read_body(request: Request, limit: int = MAX_UPLOAD_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def prepare_upload(body: bytes, prepare: digit_image.Prepare, shape: tuple[int, int]
+def prepare_upload(body: bytes, prepare: digit_image.Prepare, shape: tuple[int, ...]
                    ) -> tuple[np.ndarray, str]:
     """(the prepared uint8[*shape] image, sha256 of the body for the ETag); blocking: run it
     in a thread. Raises `cvae.data.digit_image.ImageInputError`."""

@@ -18,6 +18,11 @@ light on dark (MNIST itself). When the ring is lighter than mid-grey the picture
 Transparent pixels are first laid over a background that contrasts with the ink (white under
 dark ink, black under light ink), so a stroke on a transparent canvas works either way.
 
+A colour model's upload (`shape` (h, w, 3)) is no digit to centre: `prepare="fit"` crops the
+whole picture to the model's aspect ratio about its centre and resizes it to h x w in RGB
+(transparency laid over white); `"none"` takes an h x w picture as it is. `"fit"` serves a grey
+model too, in luminance, for data that is not drawn strokes.
+
 Pictures are only read as PNG or JPEG, and their pixel count (from the header) is checked before
 anything is decoded: a small file that would decompress to a huge image is refused.
 Pure NumPy + Pillow, no JAX, so the tests run instantly.
@@ -30,7 +35,7 @@ import math
 from typing import Literal
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from cvae.data.pixels import MAX_LEVEL, to_unit
 from cvae.data.specs import MNIST
@@ -46,7 +51,8 @@ WORK_SIDE = 512  # larger pictures are shrunk to this longer side first (20x20 n
 MIN_CONTRAST = 0.15  # ink must be this much (of full scale) brighter than the background
 INK_FLOOR = 0.15  # ink fainter than this (of the digit's contrast) is paper texture or noise
 
-Prepare = Literal["mnist", "none"]
+Prepare = Literal["mnist", "fit", "none"]
+RGB = 3  # a colour image's channels
 
 
 class ImageInputError(ValueError):
@@ -74,7 +80,13 @@ class WrongSize(ImageInputError):
 
 
 def read_gray(data: bytes, max_pixels: int = MAX_INPUT_PIXELS) -> np.ndarray:
-    """PNG or JPEG bytes -> luminance float32[H, W] in [0, 1], transparency resolved.
+    """PNG or JPEG bytes -> luminance float32[H, W] in [0, 1], transparency resolved
+    (`read_picture`)."""
+    return read_picture(data, _luminance, max_pixels)
+
+
+def read_picture(data: bytes, convert, max_pixels: int = MAX_INPUT_PIXELS) -> np.ndarray:
+    """PNG or JPEG bytes -> `convert(the loaded Pillow image)`.
 
     The pixel count is checked on the header alone, before decoding: Pillow's `Image.open`
     parses only the header, and raises `DecompressionBombError` (or warns) itself beyond its
@@ -99,14 +111,14 @@ def read_gray(data: bytes, max_pixels: int = MAX_INPUT_PIXELS) -> np.ndarray:
             raise ImageTooLarge(f"the image is {width}x{height} = {width * height:,} pixels; "
                                 f"at most {max_pixels:,} are decoded")
         if max(width, height) > WORK_SIDE:
-            image.draft("L", (WORK_SIDE, WORK_SIDE))  # JPEG: decode at 1/2, 1/4 or 1/8 scale
+            # JPEG: decode at 1/2, 1/4 or 1/8 scale
+            image.draft("L" if convert is _luminance else "RGB", (WORK_SIDE, WORK_SIDE))
         try:
             image.load()
-            gray = _luminance(image)
+            return convert(image)
         except (OSError, SyntaxError, ValueError, EOFError) as error:
             raise DamagedImage(f"the {image.format} image is damaged or truncated: "
                                f"{error}") from None
-    return gray
 
 
 def describe(data: bytes) -> str:
@@ -201,10 +213,42 @@ def as_is(gray: np.ndarray, shape: tuple[int, int] = MNIST_SHAPE) -> np.ndarray:
     return np.round(gray * MAX_LEVEL).astype(np.uint8)
 
 
+def _rgb(image: Image.Image) -> Image.Image:
+    """The loaded picture in 8-bit RGB, transparency laid over white."""
+    if image.mode.startswith("I"):  # 16-bit grey: its high byte, as `_luminance` reads it
+        image = Image.fromarray((np.clip(np.asarray(image), 0, 65535) >> 8).astype(np.uint8))
+    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(canvas, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def fit(picture: Image.Image, shape: tuple[int, ...]) -> np.ndarray:
+    """The whole picture cropped to `shape`'s aspect ratio about its centre and resized to it:
+    uint8[h, w] (luminance) or uint8[h, w, 3]."""
+    height, width = shape[:2]
+    fitted = ImageOps.fit(picture, (width, height), Image.Resampling.LANCZOS)
+    return np.asarray(fitted if len(shape) == 3 else fitted.convert("L"), np.uint8)
+
+
+def as_is_rgb(picture: Image.Image, shape: tuple[int, int, int]) -> np.ndarray:
+    """An RGB picture of exactly `shape` (h, w, 3) taken as it is -> uint8[h, w, 3]."""
+    if picture.size != (shape[1], shape[0]):
+        raise WrongSize(f"prepare=none takes a {shape[1]}x{shape[0]} image as it is; this one "
+                        f"is {picture.size[0]}x{picture.size[1]} (use prepare=fit to fit it)")
+    return np.asarray(picture, np.uint8)
+
+
 def prepare_digit(data: bytes, prepare: Prepare = "mnist", max_pixels: int = MAX_INPUT_PIXELS,
-                  *, shape: tuple[int, int] = MNIST_SHAPE) -> np.ndarray:
-    """PNG/JPEG bytes -> uint8[*shape] (the served dataset's (h, w)), light digit on black;
-    raises an `ImageInputError`."""
+                  *, shape: tuple[int, ...] = MNIST_SHAPE) -> np.ndarray:
+    """PNG/JPEG bytes -> uint8[*shape], the served dataset's `stored_shape`: (h, w), light
+    digit on black, or (h, w, 3) in colour; raises an `ImageInputError`. `prepare="mnist"`
+    is for grey shapes only (the caller checks: it is a parameter, not a picture, problem)."""
+    if prepare == "fit":
+        return fit(read_picture(data, _rgb, max_pixels), shape)
+    if len(shape) == 3:
+        return as_is_rgb(read_picture(data, _rgb, max_pixels), shape)
     gray = read_gray(data, max_pixels)
     if prepare == "none":
         return as_is(gray, shape)

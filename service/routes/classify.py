@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.dependencies import ServedModel
-from service.params import LARGEST_LABEL, PrepareMode
+from service.params import LARGEST_LABEL, PrepareMode, prepare_mode
 from service.responses import BadParameters
 from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
 
@@ -31,14 +31,17 @@ class Reading(BaseModel):
                                        description="p(y|x) for each of the served model's "
                                                    "classes y (0..9 for MNIST): q(y|x), or "
                                                    "Bayes' rule on p(x|y); they sum to 1")
-    label: int = Field(ge=0, le=LARGEST_LABEL, description="the most probable digit")
+    label: int = Field(ge=0, le=LARGEST_LABEL, description="the most probable class's index")
+    name: str = Field(description="the most probable class's name (its dataset's)")
+    class_names: list[str] = Field(description="the classes' names, in the order of "
+                                               "`probabilities`")
     step: int = Field(description="the checkpoint step that read it")
 
 
 class ClassifyParams(BaseModel):
     model_config = ConfigDict(extra="forbid")  # an unknown parameter is a 422 that names it
 
-    prepare: PrepareMode = "mnist"
+    prepare: PrepareMode = "auto"
 
 
 CLASSIFY_RESPONSES = {
@@ -65,10 +68,14 @@ async def classify(request: Request, params: Annotated[ClassifyParams, Query()],
         message = "the served model reads no digits"
         return JSONResponse({"message": message, "detail": [
             {"loc": ["body"], "msg": message, "type": "no_classifier"}]}, status_code=409)
-    upload = await read_digit(request, params.prepare, shape=sampler.config.spec.stored_shape)
+    spec = sampler.config.spec
+    prepare = prepare_mode(params.prepare, spec.channels)
+    upload = await read_digit(request, prepare, shape=spec.stored_shape)
     if isinstance(upload, JSONResponse):
         return upload
     image, _ = upload
     probabilities = (await asyncio.to_thread(sampler.classify, image[None]))[0]
-    return Reading(probabilities=[float(p) for p in probabilities],
-                   label=int(probabilities.argmax()), step=loaded.step)
+    label = int(probabilities.argmax())
+    return Reading(probabilities=[float(p) for p in probabilities], label=label,
+                   name=sampler.class_names[label], class_names=list(sampler.class_names),
+                   step=loaded.step)

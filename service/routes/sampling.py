@@ -18,7 +18,7 @@ from cvae.sampling.sampler import LatentRequest
 from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
                                   random_seed)
 from service.params import (SAMPLE_QUERY, InterpolateParams, SampleParams, check_labels,
-                            sample_params)
+                            class_label, sample_params)
 from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_matches,
                                too_large)
 
@@ -29,11 +29,13 @@ router = APIRouter()
             openapi_extra=SAMPLE_QUERY)
 async def sample(request: Request, params: Annotated[SampleParams, Depends(sample_params)],
                  loaded: ServedModel):
-    """A PNG grid of generated digits (8-bit grayscale; layout as torchvision make_grid)."""
+    """A PNG grid of generated images of one class (`digit` or `label`, by name), or one row
+    per class: 8-bit grayscale, or RGB for a colour model; layout as torchvision make_grid."""
     classes = loaded.sampler.classes  # the served model's dataset's labels
     check_labels(len(classes), digit=params.digit)
-    digits = classes if params.digit is None else (params.digit,)
-    cols = grid_columns(params.digit, params.n, params.cols)
+    digit = class_label(loaded.sampler.class_names, params.label, digit=params.digit)
+    digits = classes if digit is None else (digit,)
+    cols = grid_columns(digit, params.n, params.cols)
     shape = loaded.sampler.config.spec.stored_shape
     if (refusal := too_large(params, len(digits) * params.n, cols,
                              image_shape=shape)) is not None:
@@ -44,7 +46,7 @@ async def sample(request: Request, params: Annotated[SampleParams, Depends(sampl
                    "Cache-Control": "no-store"}
     else:
         seed = params.seed
-        etag = entity_tag(loaded, "sample", (params.digit, params.n, cols, seed,
+        etag = entity_tag(loaded, "sample", (digit, params.n, cols, seed,
                                              params.temperature, params.scale, params.pad))
         headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),
                    "ETag": etag, "Cache-Control": cache_control(request)}
@@ -66,13 +68,14 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
     seed = random_seed() if params.seed is None else params.seed
     classes = loaded.sampler.classes
     check_labels(len(classes), digit=params.digit)
+    digit = class_label(loaded.sampler.class_names, params.label, digit=params.digit)
     if params.walk == "latent":
-        digits = classes if params.digit is None else (params.digit,)
+        digits = classes if digit is None else (digit,)
         to_seed = (seed + 1) % RANDOM_SEED_LIMIT if params.to_seed is None else params.to_seed
         work = LatentWalk(seed, to_seed, digits, params.steps, params.temperature)
         cols = params.cols or params.steps
     else:
-        work = DigitWalk(seed, params.digit or 0, params.n, params.temperature, classes)
+        work = DigitWalk(seed, digit or 0, params.n, params.temperature, classes)
         cols = params.cols or len(classes)
     count = "steps" if params.walk == "latent" else "n"
     shape = loaded.sampler.config.spec.stored_shape

@@ -7,13 +7,14 @@ one batched request (`cvae.sampling.transfer.TransferRequest`).
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from cvae.sampling.transfer import TransferRequest, transfer_tiles
 from service.dependencies import ServedModel, cache_control, decode, random_seed
-from service.params import TransferParams, check_labels
+from service.params import TransferParams, check_labels, class_label, prepare_mode
 from service.responses import (IMAGE_HEADERS, SAMPLE_RESPONSES, BadParameters, encode_png,
                                entity_tag, too_large)
 from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
@@ -22,7 +23,8 @@ TRANSFER_RESPONSES = {
     **SAMPLE_RESPONSES,
     200: {**SAMPLE_RESPONSES[200], "headers": {**IMAGE_HEADERS, "X-Label": {
         "description": "the digit the upload was encoded as: `label`, or the one the model "
-                       "read", "schema": {"type": "integer"}}}},
+                       "read", "schema": {"type": "integer"}}, "X-Label-Name": {
+        "description": "that class's name, percent-encoded UTF-8", "schema": {"type": "string"}}}},
     422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
                                                  "damaged, blank, or not 28x28 with prepare=none"},
     **UPLOAD_RESPONSES,
@@ -44,14 +46,16 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
     If-None-Match matches with 412, and shared caches do not store POST responses.
     """
     classes = loaded.sampler.classes
-    check_labels(len(classes), label=params.label, digits=params.digits)
+    check_labels(len(classes), digits=params.digits)
+    label = class_label(loaded.sampler.class_names, params.label)
+    shape = loaded.sampler.config.spec.stored_shape
+    prepare = prepare_mode(params.prepare, loaded.sampler.config.spec.channels)
     digits = params.digits or classes  # omitted: every class of the served model
     cols = params.cols or len(digits) + params.show_input
     tiles = (len(digits) + params.show_input) * max(1, params.samples)
-    shape = loaded.sampler.config.spec.stored_shape
     if (refusal := too_large(params, tiles, cols, "samples", image_shape=shape)) is not None:
         return refusal  # before the upload is read or decoded
-    upload = await read_digit(request, params.prepare, shape=shape)
+    upload = await read_digit(request, prepare, shape=shape)
     if isinstance(upload, Response):
         return upload
     image, digest = upload
@@ -65,16 +69,17 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
         headers["Cache-Control"] = "no-store"
     else:
         headers["ETag"] = entity_tag(loaded, "transfer", (
-            digest, params.prepare, params.label, digits, params.samples,
+            digest, prepare, label, digits, params.samples,
             seed if params.samples else None, params.show_input, cols, params.scale,
             params.pad))
         headers["Cache-Control"] = cache_control(request)
-    work = TransferRequest(image, params.label, digits, params.samples, seed or 0)
+    work = TransferRequest(image, label, digits, params.samples, seed or 0)
     result = await decode(request, loaded, work)
     if isinstance(result, Response):
         return result
     images, label = result
     headers["X-Label"] = str(label)
+    headers["X-Label-Name"] = quote(loaded.sampler.class_names[label], safe="")
     png = await encode_png(transfer_tiles(images, work, show_input=params.show_input), cols,
                            params.scale, params.pad, image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)
