@@ -4,6 +4,9 @@
         httpx.get(f"{server.url}/sample", params={"digit": 7})
         server.worker_pids()          # the gunicorn workers, children of server.pid
 
+    with uvicorn_in_thread(create_app(checkpoint_dir)) as url:   # one in-process worker
+        httpx.get(f"{url}/sample", params={"label": "dog"})
+
 The server is stopped (SIGTERM, then SIGKILL after 30 s) when the block ends, also on failure.
 """
 
@@ -16,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -123,3 +127,27 @@ def cvae_server(checkpoint_dir: str | Path, log_path: Path, *extra: str, workers
         yield server
     finally:
         stop(process)
+
+
+@contextlib.contextmanager
+def uvicorn_in_thread(app):
+    """A real uvicorn serving `app` on a free loopback port, in a thread of this process (so
+    the app sees this process's state, a dataset registered by a test included); yields its
+    URL and stops it when the block ends."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

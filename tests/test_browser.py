@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from cvae.sampling.grid import grid_shape
 from service.app import create_app
+from servers import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -32,25 +29,6 @@ def browser_missing() -> str | None:
         return (f"no browser to drive: {', '.join(missing)} missing "
                 f"(apt-get install chromium chromium-driver; .ci/run does)")
     return None
-
-
-@contextlib.contextmanager
-def uvicorn_in_thread(app):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 @contextlib.contextmanager

@@ -126,7 +126,7 @@ def test_every_snippet_runs_as_written(exported, tmp_path):
     for code in blocks:
         result = run_snippet(code, folder, [sys.executable])
         assert result.returncode == 0, (code, result.stderr[-2000:])
-    assert (folder / "sevens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (folder / "class-7.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_onnxruntime_snippet_needs_only_onnxruntime_and_numpy(exported, tmp_path):

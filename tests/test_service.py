@@ -85,9 +85,9 @@ def test_several_bad_parameters_are_all_named(client):
 
 
 @pytest.mark.parametrize("method, path, query, unknown, takes", [
-    ("GET", "/sample", "digits=7&n=4", ["digits"], "digit, n, cols, seed, temperature, scale"),
-    ("GET", "/sample", "digit=7&Seed=3&colums=2", ["Seed", "colums"], "digit, n, cols"),
-    ("GET", "/interpolate", "walk=digits&step=4", ["step"], "walk, digit, seed, to_seed, steps"),
+    ("GET", "/sample", "digits=7&n=4", ["digits"], "digit, label, n, cols, seed, temperature"),
+    ("GET", "/sample", "digit=7&Seed=3&colums=2", ["Seed", "colums"], "digit, label, n, cols"),
+    ("GET", "/interpolate", "walk=digits&step=4", ["step"], "walk, digit, label, seed, to_seed"),
     ("POST", "/transfer", "digit=3&samples=1", ["digit"], "label, digits, samples, seed"),
     ("POST", "/classify", "label=3", ["label"], "prepare"),
 ])
@@ -108,7 +108,7 @@ def test_an_unknown_parameter_is_named_beside_a_bad_known_one(client):
     message = client.get("/sample?digit=12&digits=7").json()["message"]
     assert message.startswith("digit: must be an integer in 0..9, or omitted for one row per "
                               "digit (got '12'); digits: unknown parameter (got '7') "
-                              "(/sample takes digit, n,")
+                              "(/sample takes digit, label, n,")
 
 
 def test_grid_too_large_for_memory_is_422(client):

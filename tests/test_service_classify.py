@@ -71,9 +71,10 @@ def test_a_model_trained_with_every_label_reads_by_bayes_rule(trained_run):
         response = plain.post("/classify", content=encoded(seven()))
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"probabilities", "label", "step"}
+    assert set(body) == {"probabilities", "label", "name", "class_names", "step"}
     assert abs(sum(body["probabilities"]) - 1) < 1e-5
     assert body["label"] == int(np.argmax(body["probabilities"]))
+    assert body["class_names"] == list("0123456789") and body["name"] == str(body["label"])
     sampler = load_sampler(trained_run.directory)
     images = trained_run.data.test_images[:13]
     together = sampler.classify(images)

@@ -15,6 +15,11 @@ from cvae import presets
 from cvae.export.config_file import config_json
 from cvae.model.registry import noise_dim
 
+# Where a built-in dataset's images came from, for the card's limitations.
+PROVENANCE = {"mnist": "The training digits were written by US census employees and "
+                       "high-school students; other hands and scripts are outside what it "
+                       "has seen."}
+EXAMPLE_CLASS = 7  # the class the snippets draw (the last one of a model with fewer)
 TAGS = ("jax", "flax", "vae", "conditional-vae", "image-generation", "safetensors", "onnx",
         "stablehlo")
 
@@ -96,7 +101,7 @@ FILE_ROLES = {
     "config.json": "the run's config (`cvae.config.Config`): rebuilds the model; with its "
                    "dataset's image shape and class names",
     "README.md": "this card",
-    "samples.png": "one row per digit, seed 0",
+    "samples.png": "one row per class, seed 0",
     "sample.stablehlo": "`sample(noise, label) -> images`, `jax.export` (CPU and CUDA)",
     "sample.onnx": "the same function as ONNX",
     "encode.stablehlo": "`encode(images, label) -> mean, logvar, neg_elbo`, `jax.export`",
@@ -112,15 +117,28 @@ def model_card(facts: CardFacts) -> str:
     metrics = eval_metrics(facts.eval_results) if facts.eval_results else []
     sections = [front_matter(facts.name, config, metrics),
                 f"# {facts.name}: a class-conditioned VAE for {config.spec.title} images\n",
-                "![one row per digit, seed 0](samples.png)\n",
+                "![one row per class, seed 0](samples.png)\n",
                 f"A conditional variational autoencoder (JAX + Flax) trained with "
-                f"cvae to step {facts.step}: give it a digit and "
-                f"noise, and it draws that digit in a handwriting the noise picks. "
+                f"cvae to step {facts.step}: give it one of its classes and "
+                f"noise, and it draws an image of that class in a style the noise picks. "
+                f"Its classes, by label: {_classes(config.spec)}. "
                 f"Exported by `cvae export`; docs/export.md in the cvae repository tells "
                 f"what each file is and what is guaranteed.\n",
                 _files(facts), _metrics(facts, metrics), _use_and_limits(facts),
                 _training(facts), _verification(facts), _snippets(facts)]
     return "\n".join(sections)
+
+
+def _classes(spec) -> str:
+    """'0 `cat`, 1 `dog`, 2 `bird`' (the first 40 of a long list)."""
+    shown = [f"{index} `{name}`" for index, name in enumerate(spec.class_names[:40])]
+    more = [f"and {spec.num_classes - 40} more (config.json)"] if spec.num_classes > 40 else []
+    return ", ".join(shown + more)
+
+
+def _image_kind(spec) -> str:
+    """'28x28 grayscale' or '32x32 RGB'."""
+    return f"{spec.height}x{spec.width} {'grayscale' if spec.channels == 1 else 'RGB'}"
 
 
 def _files(facts: CardFacts) -> str:
@@ -144,19 +162,20 @@ def _metrics(facts: CardFacts, metrics) -> str:
 
 
 def _use_and_limits(facts: CardFacts) -> str:
-    shape = "x".join(map(str, facts.config.spec.stored_shape))
-    classifier = ("It also reads digits: `classify` is q(y|x), trained with "
+    spec = facts.config.spec
+    kind = _image_kind(spec)
+    classifier = ("It also reads images: `classify` is q(y|x), trained with "
                   f"{facts.config.labels} labelled images. " if facts.has_classifier else "")
+    provenance = f" {PROVENANCE[spec.name]}" if spec.name in PROVENANCE else ""
     return (
         "## Intended use and limitations\n\n"
-        f"For learning, demos and tests: drawing {shape} grayscale images of a chosen class, "
-        "carrying one digit's handwriting to the others (`encode`, then `sample`'s decoder), "
+        f"For learning, demos and tests: drawing {kind} images of a chosen class, "
+        "carrying one image's style to the other classes (`encode`, then `sample`'s decoder), "
         f"and small experiments with portable model formats. {classifier}"
-        "Not for anything that matters: it knows only the ten digits of its training set, "
-        "draws some wrong or blended digits (see Metrics), and its likelihoods describe "
-        f"binarised {shape} images, not images in general. The training digits were written "
-        "by US census employees and high-school students; other hands and scripts are "
-        "outside what it has seen.\n")
+        f"Not for anything that matters: it knows only the {spec.num_classes} classes of its "
+        f"training set ({spec.title}), draws some wrong or blended images (see Metrics), and "
+        f"its likelihoods describe {kind} images like those, not images in "
+        f"general.{provenance}\n")
 
 
 def _training(facts: CardFacts) -> str:
@@ -177,7 +196,8 @@ def _verification(facts: CardFacts) -> str:
         f"- StableHLO: the deserialized functions gave the JAX sampler's bits ({stablehlo}; "
         f"the sampler's block shapes, on the exporting CPU: {report['cpu']}).",
         f"- ONNX Runtime (CPU): `sample` on {onnx['rows']:,} noise vectors "
-        f"({onnx['rows'] // 10:,} per digit): largest pixel difference "
+        f"({onnx['rows'] // facts.config.spec.num_classes:,} per class): largest pixel "
+        f"difference "
         f"{onnx['sample_max_abs']:.2g} (tolerance 1e-5), largest uint8 difference "
         f"{onnx['sample_max_uint8']} (tolerance 1); `encode`"
         + (" and `classify`" if "classify_max_relative" in onnx else "")
@@ -193,7 +213,10 @@ def _snippets(facts: CardFacts) -> str:
     ladder = (f" (all {layers} layers of the ladder, the top layer's first)" if layers > 1
               else "")
     sharpness = f"{facts.config.pixel_sharpness:g}"
-    shape = ", ".join(map(str, facts.config.spec.stored_shape))
+    spec = facts.config.spec
+    shape = ", ".join(map(str, spec.stored_shape))
+    example = min(EXAMPLE_CLASS, spec.num_classes - 1)
+    name = json.dumps(spec.class_names[example])
     return f'''## Use it
 
 Each snippet runs as written in this folder.
@@ -207,8 +230,9 @@ checkpoint this came from (`cvae sample --checkpoint-dir . --out grid.png` and
 from cvae.export.load import open_sampler
 
 sampler = open_sampler(".")
-png = sampler.sample_png(digit=7, n=16, seed=0)
-with open("sevens.png", "wb") as file:
+label = sampler.class_names.index({name})  # a class by its name
+png = sampler.sample_png(digit=label, n=16, seed=0)
+with open("class-{example}.png", "wb") as file:
     file.write(png)
 ```
 
@@ -222,7 +246,7 @@ import onnxruntime as ort
 
 session = ort.InferenceSession("sample.onnx", providers=["CPUExecutionProvider"])
 noise = np.random.default_rng(0).standard_normal((16, {latent}), dtype=np.float32)
-labels = np.full(16, 7, dtype=np.int32)
+labels = np.full(16, {example}, dtype=np.int32)  # class {name}
 (images,) = session.run(None, {{"noise": noise, "label": labels}})  # f32[16, {shape}]
 pixels = np.round(np.clip(images, 0, 1) * 255).astype(np.uint8)
 print(pixels.shape, pixels.dtype, pixels.max())
@@ -238,7 +262,7 @@ import numpy as np
 with open("sample.stablehlo", "rb") as file:
     sample = jax.export.deserialize(bytearray(file.read()))
 noise = np.random.default_rng(0).standard_normal((64, {latent}), dtype=np.float32)
-labels = np.full(64, 7, dtype=np.int32)
+labels = np.full(64, {example}, dtype=np.int32)
 images = np.asarray(sample.call(noise, labels))  # f32[64, {shape}]
 print(images.shape, float(images.min()), float(images.max()))
 ```

@@ -17,13 +17,17 @@ CONFIG = "config.json"
 SPEC_KEYS = ("image_shape", "channels", "class_names")
 
 
-def config_json(config: Config) -> str:
-    """config.json: the run's config, then its dataset's image shape [h, w, c], channels and
-    class names (from `cvae.data.specs`)."""
+def spec_facts(config: Config) -> dict:
+    """`SPEC_KEYS` of the config's dataset: image shape [h, w, c], channels, class names (from
+    `cvae.data.specs`); config.json and the manifest both carry them."""
     spec = config.spec
-    facts = {"image_shape": list(spec.image_shape), "channels": spec.channels,
-             "class_names": list(spec.class_names)}
-    return json.dumps({**config.to_dict(), **facts}, indent=2, sort_keys=True)
+    return {"image_shape": list(spec.image_shape), "channels": spec.channels,
+            "class_names": list(spec.class_names)}
+
+
+def config_json(config: Config) -> str:
+    """config.json: the run's config, then its dataset's `spec_facts`."""
+    return json.dumps({**config.to_dict(), **spec_facts(config)}, indent=2, sort_keys=True)
 
 
 def read_config(text: str, where: str) -> Config:

@@ -24,7 +24,7 @@ from cvae.config import ABSENT_MEANS, DRAWING_FIELDS, flag
 from cvae.errors import CheckpointError, ExportError
 from cvae.export import card, onnx_files, stablehlo
 from cvae.export.functions import exact_functions, onnx_functions
-from cvae.export.config_file import CONFIG, config_json
+from cvae.export.config_file import CONFIG, config_json, spec_facts
 from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
 from cvae.export.weights import WEIGHTS, flatten, load_weights, save_weights
 from cvae.sampling.grid import _to_uint8
@@ -124,7 +124,7 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
                                    "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                    "jax_version": jax.__version__, "onnx_opset": onnx_files.OPSET,
                                    "noise_dim": sampler.noise_dim, "code_dim": sampler.latent_dim,
-                                   "verification": report})
+                                   **spec_facts(config), "verification": report})
 
 
 def verify(folder: Path, sampler) -> dict:

@@ -33,7 +33,7 @@ async def sample(request: Request, params: Annotated[SampleParams, Depends(sampl
     per class: 8-bit grayscale, or RGB for a colour model; layout as torchvision make_grid."""
     classes = loaded.sampler.classes  # the served model's dataset's labels
     check_labels(len(classes), digit=params.digit)
-    digit = class_label(loaded.sampler.class_names, params.label, digit=params.digit)
+    digit = class_label(loaded.sampler.config.spec.class_names, params.label, digit=params.digit)
     digits = classes if digit is None else (digit,)
     cols = grid_columns(digit, params.n, params.cols)
     shape = loaded.sampler.config.spec.stored_shape
@@ -68,7 +68,7 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
     seed = random_seed() if params.seed is None else params.seed
     classes = loaded.sampler.classes
     check_labels(len(classes), digit=params.digit)
-    digit = class_label(loaded.sampler.class_names, params.label, digit=params.digit)
+    digit = class_label(loaded.sampler.config.spec.class_names, params.label, digit=params.digit)
     if params.walk == "latent":
         digits = classes if digit is None else (digit,)
         to_seed = (seed + 1) % RANDOM_SEED_LIMIT if params.to_seed is None else params.to_seed

@@ -47,7 +47,7 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
     """
     classes = loaded.sampler.classes
     check_labels(len(classes), digits=params.digits)
-    label = class_label(loaded.sampler.class_names, params.label)
+    label = class_label(loaded.sampler.config.spec.class_names, params.label)
     shape = loaded.sampler.config.spec.stored_shape
     prepare = prepare_mode(params.prepare, loaded.sampler.config.spec.channels)
     digits = params.digits or classes  # omitted: every class of the served model
@@ -79,7 +79,7 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
         return result
     images, label = result
     headers["X-Label"] = str(label)
-    headers["X-Label-Name"] = quote(loaded.sampler.class_names[label], safe="")
+    headers["X-Label-Name"] = quote(loaded.sampler.config.spec.class_names[label], safe="")
     png = await encode_png(transfer_tiles(images, work, show_input=params.show_input), cols,
                            params.scale, params.pad, image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)

@@ -10,7 +10,7 @@
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
-  const TILE = 28, PAD = 2;
+  const PAD = 2;
   let runtime = null;   // Promise of the `ort` namespace
   let model = null;     // Promise of {session, step, noiseDim}
 
@@ -91,22 +91,24 @@
     return pixels;
   }
 
-  // The service's grid layout (make_grid): `pad` px around every tile, background 0.
+  // The service's grid layout (make_grid): `pad` px around every tile, background 0; tiles of
+  // the served model's [height, width, channels] (the page's `servedModel`), grey or RGB.
   function gridUrl(pixels, rows, cols, scale) {
-    const size = TILE * scale, step = size + PAD;
+    const [height, width, channels] = window.servedModel.imageShape;
+    const tall = height * scale, wide = width * scale;
     const canvas = document.createElement("canvas");
-    canvas.width = cols * step + PAD;
-    canvas.height = Math.ceil(rows / cols) * step + PAD;
+    canvas.width = cols * (wide + PAD) + PAD;
+    canvas.height = Math.ceil(rows / cols) * (tall + PAD) + PAD;
     const context = canvas.getContext("2d");
     const picture = context.createImageData(canvas.width, canvas.height);
     picture.data.fill(0);
     for (let i = 3; i < picture.data.length; i += 4) picture.data[i] = 255;
     for (let tile = 0; tile < rows; tile++) {
-      const left = PAD + (tile % cols) * step, top = PAD + Math.floor(tile / cols) * step;
-      for (let y = 0; y < size; y++) for (let x = 0; x < size; x++) {
-        const value = pixels[tile * TILE * TILE + Math.floor(y / scale) * TILE + Math.floor(x / scale)];
+      const left = PAD + (tile % cols) * (wide + PAD), top = PAD + Math.floor(tile / cols) * (tall + PAD);
+      for (let y = 0; y < tall; y++) for (let x = 0; x < wide; x++) {
+        const from = channels * ((tile * height + Math.floor(y / scale)) * width + Math.floor(x / scale));
         const at = 4 * ((top + y) * canvas.width + left + x);
-        picture.data[at] = picture.data[at + 1] = picture.data[at + 2] = value;
+        for (let c = 0; c < 3; c++) picture.data[at + c] = pixels[from + (channels === 3 ? c : 0)];
       }
     }
     context.putImageData(picture, 0, 0);
@@ -117,8 +119,9 @@
     const started = performance.now();
     const ort = await loadRuntime();
     const {session, step, noiseDim} = await loadModel(ort);
-    const digits = params.get("digit") === null ? [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
-                                                : [Number(params.get("digit"))];
+    const names = window.servedModel.classNames;  // the page asks for a class by its name
+    const digits = params.get("label") === null ? names.map((_, index) => index)
+                                                : [names.indexOf(params.get("label"))];
     const n = Number(params.get("n")), seed = Number(params.get("seed"));
     const rows = digits.length * n;
     const noise = drawNoise(seed, rows * noiseDim, Math.fround(Number(params.get("temperature"))));
