@@ -135,12 +135,10 @@ def add_sample_command(commands) -> None:
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from, or a folder of `cvae export` "
                              "(default checkpoints)")
-    which = sample.add_mutually_exclusive_group()
-    which.add_argument("--digit", type=bounded(int, 0, largest_label()),
-                       help="the digit (class) to draw; omit for one row per class")
+    which = sample.add_mutually_exclusive_group()  # omit both for one row per class
+    which.add_argument("--digit", type=bounded(int, 0, largest_label()), help="a class by index")
     which.add_argument("--label", metavar="NAME|INDEX",
-                       help="the class to draw, by its name in the dataset (dog, "
-                            "'Ankle boot') or its index; omit for one row per class")
+                       help="the class to draw, by its name in the dataset (dog) or its index")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
                         help=f"samples per digit (default {limits.DEFAULT_N})")
     sample.add_argument("--cols", type=bounded(int, 1, limits.MAX_N),
@@ -332,13 +330,12 @@ def ensure_writable(directory: Path) -> None:
 
 
 def cmd_sample(args) -> int:
-    from cvae.data.class_names import label_index
     from cvae.export.load import open_sampler
     from cvae.sampling.grid import grid_columns, make_grid, save_png
 
     check_exported(args.checkpoint_dir)
     sampler = open_sampler(args.checkpoint_dir, truncation=args.truncation)
-    digit = args.digit if args.label is None else label_index(sampler.class_names, args.label)
+    digit = args.digit if args.label is None else sampler.class_index(args.label)
     images = sampler.sample_images(digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale, image_shape=sampler.config.spec.stored_shape)

@@ -23,6 +23,7 @@ from cvae.model import prior as prior_lib
 from cvae.sampling.blocks import (DECODE_BLOCKS, ROW_BY_ROW, block_check, classify_probes,
                                   plan_blocks, sampler_probes)
 from cvae.config import Config, ConfigError
+from cvae.data.class_names import label_index
 from cvae.data.pixels import to_unit
 from cvae.data.specs import MNIST
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
@@ -258,6 +259,11 @@ class Sampler:
     def class_names(self) -> tuple[str, ...]:
         """The names of `classes`, in their order: the dataset spec's."""
         return self.config.spec.class_names
+
+    def class_index(self, label: str | int) -> int:
+        """The index of class `label`, by name or index (`cvae.data.class_names`); its
+        UnknownLabel, listing the names, otherwise."""
+        return label_index(self.class_names, label)
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Prior draws f32[B, noise_dim], i32[B] -> f32[B, h, w], in `plan_blocks`' blocks."""
