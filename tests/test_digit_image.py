@@ -190,3 +190,33 @@ def test_every_refusal_is_an_image_input_error_with_a_sentence():
         with pytest.raises(digit_image.ImageInputError) as caught:
             prepare_digit(data)
         assert len(str(caught.value)) > 20
+
+
+# ---- a colour model's uploads: the whole picture, fitted or as it is ----------------------------
+
+
+def test_fit_crops_the_picture_to_the_models_aspect_and_resizes_it_in_colour():
+    picture = np.zeros((40, 80, 3), np.uint8)  # twice as wide as high: the sides are cropped
+    picture[:, :20] = (255, 0, 0)  # cropped away
+    picture[:, 20:60] = (0, 0, 255)
+    fitted = prepare_digit(encoded(picture), "fit", shape=(8, 8, 3))
+    assert fitted.shape == (8, 8, 3) and fitted.dtype == np.uint8
+    # Blue throughout; Lanczos' support reaches a little past the crop at the two edges.
+    assert fitted[..., 2].min() > 230 and fitted[..., 1].max() == 0
+    assert fitted[:, 1:-1, 0].max() <= 2 and fitted[..., 0].max() < 30
+
+
+def test_fit_lays_transparency_over_white_and_serves_grey_shapes_in_luminance():
+    clear = np.zeros((16, 16, 4), np.uint8)  # fully transparent
+    assert (prepare_digit(encoded(clear), "fit", shape=(8, 8, 3)) == 255).all()
+    green = np.zeros((16, 16, 3), np.uint8)
+    green[..., 1] = 200
+    grey = prepare_digit(encoded(green), "fit", shape=(8, 8))
+    assert grey.shape == (8, 8) and (grey == round(0.587 * 200)).all()  # Pillow's "L"
+
+
+def test_a_colour_picture_is_taken_as_it_is_only_at_the_models_size():
+    picture = np.random.default_rng(0).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    assert np.array_equal(prepare_digit(encoded(picture), "none", shape=(6, 8, 3)), picture)
+    with pytest.raises(WrongSize, match="takes a 8x8 image as it is; this one is 8x6"):
+        prepare_digit(encoded(picture), "none", shape=(8, 8, 3))
