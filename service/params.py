@@ -51,7 +51,7 @@ PARAMETER_RULES = {
     "digits": f"integers in 0..{LARGEST_LABEL}, given 1 to {LARGEST_LABEL + 1} times "
               f"(digits=3&digits=5), or omitted for 0-{LARGEST_LABEL}",
     "samples": f"an integer in 0..{MAX_POSTERIOR_SAMPLES} (0: the posterior mean)",
-    "prepare": "auto, mnist (fit the digit as MNIST was made; grey models), fit (the whole "
+    "prepare": "auto, mnist (fit a grey model's digit as MNIST was made), fit (the whole "
                "picture resized to the model's size) or none (an image of that size as it is)",
     "show_input": "true or false",
     "walk": "latent (between two seeds, per digit) or digits (one z through the ten digits)",
