@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from urllib.parse import unquote
 
 import httpx
@@ -73,6 +74,27 @@ def colour_run(pets, tmp_path_factory):
     return train_run(tmp_path_factory.mktemp("pets-run"), config, data)
 
 
+@pytest.fixture(scope="module")
+def colour_export(colour_run, tmp_path_factory):
+    """The folder `cvae export` wrote for the colour run (every artefact verified on writing:
+    the StableHLO bits and ONNX Runtime's tolerance). About 15 s on 2 CPU cores."""
+    from cvae.export.run import export_checkpoint
+
+    folder = tmp_path_factory.mktemp("pets-export") / "export"
+    export_checkpoint(colour_run.directory, folder, log=lambda message: None)
+    return folder
+
+
+def cvae(*argv: str) -> int:
+    """`cvae ARGV` in this process, its logging set-up undone after (`main` points the root
+    logger at the stderr of the moment, pytest's capture of this test)."""
+    handlers = logging.root.handlers[:]
+    try:
+        return main(list(argv))
+    finally:
+        logging.root.handlers[:] = handlers
+
+
 def png_of(content: bytes) -> tuple[tuple[int, int], str]:
     with Image.open(io.BytesIO(content)) as image:
         return image.size, image.mode
@@ -85,9 +107,22 @@ def default_grid(tiles: int, cols: int) -> tuple[int, int]:
     return width, height
 
 
-def test_a_colour_run_is_served_by_class_name(colour_run):
+def test_a_colour_run_is_served_and_drawn_by_class_name(colour_run, colour_export, tmp_path):
+    """The run's checkpoints served by a real uvicorn; `cvae sample --label` on its export
+    draws the served bytes (the export draws the run's pixels)."""
+    out = tmp_path / "birds.png"
+    assert cvae("sample", "--checkpoint-dir", str(colour_export), "--label", "bird", "--n", "5",
+                "--seed", "2", "--scale", "2", "--out", str(out)) == 0
+    assert cvae("sample", "--checkpoint-dir", str(colour_export), "--label", "cow",
+                "--out", str(tmp_path / "cow.png")) == 2  # the line: test_class_names.py
+    assert not (tmp_path / "cow.png").exists()
     with uvicorn_in_thread(create_app(colour_run.directory)) as url, \
             httpx.Client(base_url=url, timeout=120) as client:
+        birds = client.get("/sample", params={"label": "2", "n": 5, "seed": 2, "scale": 2})
+        assert birds.content == out.read_bytes()
+        assert png_of(birds.content) == (grid_shape(5, 3, scale=2, image_shape=SHAPE)[::-1],
+                                         "RGB")
+
         config = client.get("/readyz").json()["config"]
         assert config["class_names"] == ["cat", "dog", "bird"]
         assert config["image_shape"] == [8, 8, 3]
@@ -139,17 +174,6 @@ def test_a_colour_run_is_served_by_class_name(colour_run):
                            ).status_code == 200
 
 
-@pytest.fixture(scope="module")
-def colour_export(colour_run, tmp_path_factory):
-    """The folder `cvae export` wrote for the colour run (every artefact verified on writing:
-    the StableHLO bits and ONNX Runtime's tolerance). About 15 s on 2 CPU cores."""
-    from cvae.export.run import export_checkpoint
-
-    folder = tmp_path_factory.mktemp("pets-export") / "export"
-    export_checkpoint(colour_run.directory, folder, log=lambda message: None)
-    return folder
-
-
 def test_the_export_says_the_shape_channels_and_class_names(colour_export):
     facts = {"image_shape": [8, 8, 3], "channels": 3, "class_names": ["cat", "dog", "bird"]}
     config = json.loads((colour_export / "config.json").read_text())
@@ -165,21 +189,31 @@ def test_the_export_says_the_shape_channels_and_class_names(colour_export):
     assert png_of((colour_export / "samples.png").read_bytes())[1] == "RGB"
 
 
-def test_cvae_sample_draws_a_class_by_name_from_a_run_or_its_export(colour_run, colour_export,
-                                                                    tmp_path, capsys):
-    flags = ["--n", "5", "--seed", "2", "--scale", "2"]
-    assert main(["sample", "--checkpoint-dir", str(colour_run.directory), "--label", "bird",
-                 *flags, "--out", str(tmp_path / "run.png")]) == 0
-    assert main(["sample", "--checkpoint-dir", str(colour_export), "--label", "2", *flags,
-                 "--out", str(tmp_path / "export.png")]) == 0
-    drawn = (tmp_path / "run.png").read_bytes()
-    assert drawn == (tmp_path / "export.png").read_bytes()  # the export draws the run's bytes
-    height, width = grid_shape(5, 3, scale=2, image_shape=SHAPE)
-    assert png_of(drawn) == ((width, height), "RGB")
-    capsys.readouterr()
-    assert main(["sample", "--checkpoint-dir", str(colour_export), "--label", "cow",
-                 "--out", str(tmp_path / "cow.png")]) == 2
-    assert capsys.readouterr().err == (
-        "cvae sample: error: label 'cow': not a class of this model; its classes are cat, dog, "
-        "bird (or their indices 0..2)\n")
-    assert not (tmp_path / "cow.png").exists()
+def test_the_page_lists_the_classes_and_draws_a_colour_model_in_the_browser(colour_export):
+    """The page's class picker holds the served names, and "draw in the browser" runs the
+    export's sample.onnx and lays out RGB tiles: its pixels are the server's for its noise."""
+    from selenium.webdriver.support.ui import Select
+    from test_export_browser import load_and_switch_to_browser, require_browser_and_runtime
+
+    from cvae.sampling.grid import _to_uint8
+    from test_browser import headless_chromium, image_width
+
+    require_browser_and_runtime()
+    app = create_app(colour_export)
+    with uvicorn_in_thread(app) as url, headless_chromium() as driver:
+        load_and_switch_to_browser(driver, url)
+        picker = Select(driver.find_element("id", "digit"))
+        assert [option.text for option in picker.options][1:] == ["cat", "dog", "bird"]
+        last = driver.execute_script(
+            "const l = window.browserSampling.last; return {noise: Array.from(l.noise), "
+            "labels: Array.from(l.labels), pixels: Array.from(l.pixels), rows: l.rows};")
+        width = image_width(driver)
+    sampler = app.state.watcher.current.sampler
+    rows = last["rows"]
+    assert rows == 24 and width == grid_shape(24, 8, scale=2, image_shape=SHAPE)[1]
+    labels = np.asarray(last["labels"], np.int32)
+    assert np.array_equal(labels, np.repeat(np.arange(3), 8))  # every class, n = 8
+    noise = np.asarray(last["noise"], np.float32).reshape(rows, sampler.noise_dim)
+    served = _to_uint8(sampler.decode(noise, labels), SHAPE).astype(int)
+    drawn = np.asarray(last["pixels"], np.uint8).reshape(rows, *SHAPE).astype(int)
+    assert np.abs(drawn - served).max() <= 1
