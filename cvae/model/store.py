@@ -3,8 +3,10 @@
 The format, defined here once: a directory with one folder per step (an Orbax
 `CheckpointManager`), each holding three items: `state` (the train state as a PyTree: params,
 optimizer state, EMA params, BatchNorm statistics, the mixture prior, the labelled set, step and
-key), `config` (the run's `Config` as JSON, so the directory describes itself) and `metrics`
-(the validation figures that ranked the step). Training writes it
+key), `config` (the run's `Config` as JSON, so the directory describes itself), `dataset` (its
+dataset's spec as JSON, registered on read, so a model of one's own data needs no data folder;
+checkpoints written before it have none and name a built-in dataset) and `metrics` (the
+validation figures that ranked the step). Training writes it
 (`cvae.training.checkpoints`); sampling, evaluation and the service read it here.
 
 Inference needs the variables the model applies, not the optimizer: `load_trained_model`
@@ -26,13 +28,14 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from cvae.config import Config
+from cvae.data import specs
 from cvae.errors import CheckpointError
 from cvae.model.registry import create_model, init_variables
 
 log = logging.getLogger(__name__)
 
-STATE, CONFIG, METRICS = "state", "config", "metrics"
-ITEMS = (STATE, CONFIG, METRICS)
+STATE, CONFIG, DATASET, METRICS = "state", "config", "dataset", "metrics"
+ITEMS = (STATE, CONFIG, DATASET, METRICS)
 # What a damaged, half-deleted or vanished step raises when read.
 READ_ERRORS = (OSError, ValueError, KeyError)
 
@@ -58,11 +61,20 @@ def save_args(state, config: Config, metrics: dict[str, Any] | None) -> ocp.args
     """One step's items as the writer saves them (`cvae.training.checkpoints.save_checkpoint`)."""
     return ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
                                  CONFIG: ocp.args.JsonSave(config.to_dict()),
+                                 DATASET: ocp.args.JsonSave(config.spec.to_dict()),
                                  METRICS: ocp.args.JsonSave(metrics or {})})
 
 
 def read_config(manager: ocp.CheckpointManager, step: int) -> Config:
-    restored = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
+    """The step's config, after registering the dataset spec it carries (when it has one), so
+    that the config's `dataset` resolves whatever reads it: every reader comes through here."""
+    items = [CONFIG]
+    if (Path(manager.directory) / str(step) / DATASET).is_dir():
+        items.append(DATASET)
+    restored = manager.restore(step, args=ocp.args.Composite(
+        **{item: ocp.args.JsonRestore() for item in items}))
+    if DATASET in items:
+        specs.register(specs.DatasetSpec.from_dict(restored[DATASET]))
     return Config.from_dict(restored[CONFIG])
 
 
