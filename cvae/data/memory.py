@@ -7,8 +7,8 @@ device's copy, which on a CPU is host memory too), beside the model, its optimiz
 batches. So a data set may take at most `MEMORY_SHARE` of the machine's memory: a quarter, 4 GiB
 of a 16 GiB machine (about 5 million 28x28 grey images, or 1.3 million 32x32 colour ones).
 The machine's memory is the smaller of its physical memory and its cgroup's limit (a
-container's), or what `$CVAE_MEMORY_BYTES` says, to budget a machine shared with other work. `cvae data` checks before it writes, `cvae train` and `cvae eval` before they
-load. No JAX here.
+container's), or what `$CVAE_MEMORY_BYTES` says, to budget a machine shared with other work.
+`cvae data` checks before it writes, `cvae train` and `cvae eval` before they load. No JAX here.
 """
 
 from __future__ import annotations

@@ -233,7 +233,8 @@ def npz_shape(path: Path, key: str) -> tuple[tuple[int, ...], np.dtype]:
 
 def _npz_source(path: Path) -> Source:
     shape, dtype = npz_shape(path, "images")
-    if dtype != np.uint8 or len(shape) not in (3, 4) or (len(shape) == 4 and shape[3] not in (1, 3)):
+    colour_ok = len(shape) == 3 or (len(shape) == 4 and shape[3] in (1, 3))
+    if dtype != np.uint8 or not colour_ok:
         raise DataError(f"{path}: images must be uint8 (N, H, W) or (N, H, W, C) with C 1 or 3, "
                         f"found {dtype} {shape}")
     check_fits(shape[0] * int(np.prod(shape[1:])), where=str(path))

@@ -6,8 +6,8 @@ model's shapes, the sampler, the service, the export and the model card) reads a
 `DatasetSpec` from `spec_of(name)`; no module keeps an image size or a class count of its own.
 
 This module is declarations with no imports from the project but `cvae.errors`, so
-`cvae.config` can read the registry without pulling in NumPy or JAX: tests/import_graph.py places it below every
-stage, beside the config. How a source kind is turned into IDX files is code, and lives in
+`cvae.config` can read the registry without pulling in NumPy or JAX: tests/import_graph.py
+places it below every stage, beside the config. How a source kind is turned into IDX files is code, and lives in
 `cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the registry names the
 way each dataset is prepared without importing it.
 
