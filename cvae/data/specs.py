@@ -7,9 +7,9 @@ model's shapes, the sampler, the service, the export and the model card) reads a
 
 This module is declarations with no imports from the project but `cvae.errors`, so
 `cvae.config` can read the registry without pulling in NumPy or JAX: tests/import_graph.py
-places it below every stage, beside the config. How a source kind is turned into IDX files is code, and lives in
-`cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the registry names the
-way each dataset is prepared without importing it.
+places it below every stage, beside the config. How a source kind is turned into IDX files is
+code, and lives in `cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the
+registry names the way each dataset is prepared without importing it.
 
 Only datasets that `cvae data` can prepare on a machine that reaches package registries alone
 are built in: a dataset with no such source would be offered and always fail. A person's own
