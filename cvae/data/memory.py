@@ -53,6 +53,14 @@ def check_fits(size: int, *, where: str, memory: int | None = None) -> None:
     """DataError unless a data set of `size` bytes (images x pixels x channels) fits."""
     limit = data_limit(memory)
     if size > limit:
-        raise DataError(f"{where}: {size / 2**30:.2f} GiB of images is more than this machine "
-                        f"can train on ({limit / 2**30:.2f} GiB: {MEMORY_SHARE:.0%} of its "
-                        f"memory); use fewer or smaller images (--image-size)")
+        raise DataError(f"{where}: {_bytes(size)} of images is more than this machine can "
+                        f"train on ({_bytes(limit)}, {MEMORY_SHARE:.0%} of its memory); use "
+                        f"fewer or smaller images (--image-size)")
+
+
+def _bytes(size: int) -> str:
+    """1001 -> "1001 B"; 5 * 2**30 -> "5.0 GiB"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
