@@ -22,8 +22,9 @@ from cvae import config as config_lib
 from cvae import presets
 from cvae import cli_help, limits
 from cvae.cli_types import add_truncation_flag, bounded
-from cvae.data.specs import SPECS, largest_label
-from cvae.errors import USER_ERRORS, DataError
+from cvae.data.command import add_data_flags, cmd_data
+from cvae.data.specs import largest_label
+from cvae.errors import USER_ERRORS
 from cvae.export.command import add_export_flags, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
@@ -92,39 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_data_command(commands) -> None:
-    data = add_command(commands, "data")
-    data.add_argument("--data-dir", default="data",
-                      help="where prepared datasets go (default data)")
-    data.add_argument("--dataset", choices=tuple(SPECS), default=None,
-                      help="which built-in dataset to prepare (default mnist)")
-    own = data.add_argument_group("your own images (docs/own-images.md)")
-    own.add_argument("--from", dest="source_path", metavar="PATH",
-                     help="an image folder (one subfolder per class), an .npz (images, labels, "
-                          "class_names) or a folder of IDX files")
-    own.add_argument("--name", help="the dataset's name: DATA_DIR/NAME, and `cvae train "
-                                    "--dataset NAME`")
-    own.add_argument("--image-size", type=image_size, metavar="N|HxW",
-                     help="resize every image to this (default: the most common size)")
-    own.add_argument("--channels", type=int, choices=(1, 3),
-                     help="1 grey, 3 colour (default: 3 if any image is in colour)")
-    own.add_argument("--skip-bad", action="store_true",
-                     help="leave out files that are not images or do not decode, and list them")
-    own.add_argument("--test-fraction", type=bounded(float, 0, 1, low_open=True),
-                     default=0.2, metavar="F",
-                     help="without train/ and test/ folders: the share of each class held out "
-                          "for testing (default 0.2)")
-    own.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=0,
-                     help="the seed of that split (default 0)")
-
-
-def image_size(text: str) -> tuple[int, int]:
-    """argparse type for --image-size: N or HxW."""
-    from cvae.data.own import parse_image_size
-
-    try:
-        return parse_image_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    add_data_flags(add_command(commands, "data"))
 
 
 def add_train_command(commands) -> None:
@@ -267,24 +236,6 @@ def config_from_args(args: argparse.Namespace) -> config_lib.Config:
             changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
                                                     field.name)
     return config.replace(**changes).validate()
-
-
-def cmd_data(args) -> int:
-    if args.source_path is None:
-        from cvae.data.prepare import prepare_dataset
-
-        if args.name is not None:
-            raise DataError("--name names a dataset prepared --from PATH: give --from too")
-        prepare_dataset(args.data_dir, args.dataset or "mnist")
-        return 0
-    from cvae.data.own import prepare_own
-
-    if args.dataset is not None or args.name is None:
-        raise DataError("--from PATH takes --name NAME (not --dataset, which names a built-in)")
-    prepare_own(args.source_path, args.name, args.data_dir, image_size=args.image_size,
-                channels=args.channels, skip_bad=args.skip_bad,
-                test_fraction=args.test_fraction, seed=args.seed)
-    return 0
 
 
 def cmd_train(args) -> int:

@@ -14,7 +14,6 @@ import typing
 from typing import Any, Literal
 
 from cvae.data import specs
-from cvae.data.specs import DatasetSpec, spec_of
 from cvae.errors import ConfigError
 from cvae.model import registry
 from cvae.limits import MAX_SEED
@@ -195,9 +194,7 @@ class Config:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: "
                                   f"allowed {', '.join(CHOICES[name])}")
         if self.dataset not in specs.known_names():
-            raise ConfigError(f"dataset={self.dataset!r}: not built in ({', '.join(specs.SPECS)}) "
-                              f"and not prepared: run `cvae data --from PATH --name "
-                              f"{self.dataset}`, then pass the same --data-dir")
+            raise ConfigError(f"dataset={specs.not_prepared(self.dataset)}")
         positive_ints = ("latent_dim", "batch_size", "steps_per_call", "eval_batch_size",
                          "eval_every", "prior_components", "accumulation_steps",
                          "keep_checkpoints", "epochs", "importance_samples", "pseudo_inputs",
@@ -270,9 +267,9 @@ class Config:
                               f"[1, batch_size - 1 = {self.batch_size - 1}]")
 
     @property
-    def spec(self) -> DatasetSpec:
+    def spec(self) -> specs.DatasetSpec:
         """The dataset's spec: its image shape, class count and names (`cvae.data.specs`)."""
-        return spec_of(self.dataset)
+        return specs.spec_of(self.dataset)
 
     @property
     def labelled_count(self) -> int | None:

@@ -8,6 +8,7 @@ digits), and the seeded 32x32 colour digits."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -24,7 +25,8 @@ from cvae.config import Config
 from cvae.data import prepared, specs
 from cvae.data.load import load_dataset
 from cvae.data.memory import MEMORY_ENV, check_fits
-from cvae.data.own import RESIZE_FILTER, parse_image_size, prepare_own
+from cvae.data.command import parse_image_size
+from cvae.data.own import RESIZE_FILTER, prepare_own
 from cvae.data.synthetic import write_synthetic_idx
 from cvae.errors import ConfigError, DataError
 from cvae.export.config_file import config_json, read_config
@@ -174,7 +176,7 @@ def test_image_size_and_channels_flags_override_the_rule(tmp_path):
     grey = np.asarray(images["a/0.png"].resize((3, 5), RESIZE_FILTER))
     assert any(np.array_equal(image, grey)
                for image in np.concatenate([data.train_images, data.test_images]))
-    with pytest.raises(ValueError, match="expected N or HxW"):
+    with pytest.raises(argparse.ArgumentTypeError, match="expected N or HxW"):
         parse_image_size("0x3")
 
 

@@ -38,6 +38,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from cvae.data import prepared, specs
+from cvae.data.command import DEFAULT_TEST_FRACTION
 from cvae.data.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS
 from cvae.data.memory import check_fits
 from cvae.data.sources import GREY_MODES, Source, check_classes, open_source
@@ -45,7 +46,6 @@ from cvae.data.splits import seeded_choice
 from cvae.errors import DataError
 
 RESIZE_FILTER = Image.Resampling.LANCZOS
-DEFAULT_TEST_FRACTION = 0.2
 MODES = {1: "L", 3: "RGB"}  # channels -> the Pillow mode images are converted to
 _TEST_SALT = 0x7E57_5E7  # the test split's hash is not the validation split's
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -75,16 +75,6 @@ class Plan:
 
     def stored_shape(self) -> tuple[int, ...]:
         return self.size if self.channels == 1 else (*self.size, self.channels)
-
-
-def parse_image_size(text: str) -> tuple[int, int]:
-    """ "32" -> (32, 32); "28x32" -> (28, 32) as height x width; ValueError otherwise."""
-    parts = text.lower().split("x")
-    if len(parts) not in (1, 2) or not all(part.isdigit() and 0 < int(part) <= 4096
-                                           for part in parts):
-        raise ValueError(f"{text!r}: expected N or HxW, each 1..4096")
-    height, width = (int(parts[0]),) * 2 if len(parts) == 1 else map(int, parts)
-    return height, width
 
 
 def _check_target(data_dir: Path, name: str) -> Path:
@@ -139,7 +129,7 @@ def _converted(image: Image.Image, plan: Plan) -> np.ndarray:
     return np.asarray(image, np.uint8)
 
 
-def _write_images(source: Source, plan: Plan, folder: Path, progress: bool) -> None:
+def _write_images(source: Source, plan: Plan, folder: Path, *, progress: bool) -> None:
     """The four arrays, the images one at a time into preallocated memory maps (or, when an
     array source needs no conversion, copied a block at a time)."""
     shape = plan.stored_shape()
@@ -219,7 +209,7 @@ def prepare_own(source_path: str | os.PathLike, name: str, data_dir: str | os.Pa
     partial = data_dir / f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         partial.mkdir()
-        _write_images(source, layout, partial, progress)
+        _write_images(source, layout, partial, progress=progress)
         manifest["hash"] = prepared.content_hash(partial, source.class_names)
         (partial / prepared.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         partial.rename(target)  # atomic; fails if another process prepared it meanwhile
@@ -228,11 +218,11 @@ def prepare_own(source_path: str | os.PathLike, name: str, data_dir: str | os.Pa
         if created:
             shutil.rmtree(data_dir, ignore_errors=True)
         raise
-    _report(manifest, source, target, log)
+    _report(manifest, source, target, log=log)
     return target
 
 
-def _report(manifest: dict, source: Source, target: Path, log: Log) -> None:
+def _report(manifest: dict, source: Source, target: Path, *, log: Log) -> None:
     counts = {split: sum(manifest["counts"][split].values()) for split in ("train", "test")}
     height, width, channels = manifest["image_shape"]
     names = source.class_names

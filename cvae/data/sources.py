@@ -185,7 +185,7 @@ def _first_line(error: Exception) -> str:
 
 # --- arrays: an .npz, IDX files ----------------------------------------------------------
 
-def _array_source(kind: str, path: Path, images: np.ndarray, labels: np.ndarray,
+def _array_source(kind: str, path: Path, images: np.ndarray, *, labels: np.ndarray,
                   class_names: tuple[str, ...], test: np.ndarray | None) -> Source:
     """A source over images uint8[N, H, W] or [N, H, W, 3] held in memory."""
     mode = "L" if images.ndim == 3 else "RGB"
@@ -250,7 +250,8 @@ def _npz_source(path: Path) -> Source:
         images = archive["images"]
     if images.ndim == 4 and images.shape[3] == 1:
         images = images[..., 0]
-    return _array_source("npz", path, images, labels, class_names, test=None)
+    return _array_source("npz", path, images, labels=labels, class_names=class_names,
+                         test=None)
 
 
 def _idx_source(folder: Path) -> Source:
@@ -266,8 +267,8 @@ def _idx_source(folder: Path) -> Source:
     images = np.concatenate([arrays[TRAIN_IMAGES], arrays[TEST_IMAGES]])
     labels = np.concatenate([arrays[TRAIN_LABELS], arrays[TEST_LABELS]]).astype(np.int64)
     test = np.arange(len(images)) >= len(arrays[TRAIN_IMAGES])
-    return _array_source("idx", folder, images, labels,
-                         _class_names_of(labels, None, str(folder)), test)
+    return _array_source("idx", folder, images, labels=labels,
+                         class_names=_class_names_of(labels, None, str(folder)), test=test)
 
 
 def check_classes(source: Source) -> None:

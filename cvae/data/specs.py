@@ -152,6 +152,12 @@ def spec_of(name: str) -> DatasetSpec:
     return spec
 
 
+def not_prepared(name: str) -> str:
+    """What to say of a dataset name that is neither built in nor registered."""
+    return (f"{name!r}: not built in ({', '.join(SPECS)}) and not prepared: run `cvae data "
+            f"--from PATH --name {name}`, then pass the same --data-dir")
+
+
 def largest_label() -> int:
     """The largest label of any built-in dataset: what a flag or a query parameter accepts
     before it knows which model it reads (each then checks the model's own class count)."""
