@@ -253,7 +253,8 @@ class SampleGrid(Callback):
         # This process's copy: only the writer samples, so no program may span the mesh.
         self.sampler.variables = local_copy(run.state.eval_variables())
         images = self.sampler.sample_images(None, self.n, self.seed)
-        grid = make_grid(images, cols=self.n, pad=2, scale=1)
+        grid = make_grid(images, cols=self.n, pad=2, scale=1,
+                         image_shape=run.config.spec.stored_shape)
         save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
         save_png(grid, Path(run.checkpoint_dir) / "samples_latest.png")
 
