@@ -292,11 +292,21 @@ def test_the_spec_round_trips_as_json_and_registers_once(sources, tmp_path):
         Config(dataset="unprepared").validate()
 
 
-def test_the_memory_limit_is_a_share_of_the_machine():
+def test_the_memory_limit_is_a_share_of_the_machine_also_when_training_loads(
+        sources, tmp_path, monkeypatch):
     check_fits(1000, where="x", memory=4000)
     with pytest.raises(DataError, match=r"x: 1001 B of images is more than this machine can "
                                         r"train on \(1000 B, 25% of its memory\)"):
         check_fits(1001, where="x", memory=4000)
+    prepare(sources["digits"], "budgeted", tmp_path)
+    spec = prepared.register_prepared(tmp_path, "budgeted")
+    train_bytes = sum(prepared.read_manifest(tmp_path / "budgeted")["counts"]["train"].values()
+                      ) * spec.pixels
+    monkeypatch.setenv(MEMORY_ENV, str(4 * train_bytes))  # the training file fits exactly
+    assert len(load_dataset(tmp_path, "budgeted", test=False).train_images) > 0
+    monkeypatch.setenv(MEMORY_ENV, str(4 * train_bytes - 4))
+    with pytest.raises(DataError, match="more than this machine can train on"):
+        load_dataset(tmp_path, "budgeted", test=False)
 
 
 @pytest.fixture(scope="module")
@@ -354,3 +364,17 @@ def test_cvae_data_from_then_a_fresh_process_reads_the_model_without_the_data(ow
         capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == str(tuple(str(d) for d in range(10)))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--name", "mine"], "--name names a dataset prepared --from PATH: give --from too"),
+    (["--from", "x.npz"], "--from PATH takes --name NAME (not --dataset, which names a "
+                          "built-in)"),
+    (["--from", "x.npz", "--name", "mine", "--dataset", "mnist"], "--from PATH takes --name"),
+])
+def test_cvae_data_says_which_flags_go_together(flags, message, tmp_path, capsys):
+    from cvae.cli import main
+
+    assert main(["data", "--data-dir", str(tmp_path / "data"), *flags]) == 2
+    assert capsys.readouterr().err.startswith(f"cvae data: error: {message}")
+    assert not (tmp_path / "data").exists()
