@@ -30,7 +30,6 @@ import re
 import secrets
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -41,17 +40,17 @@ from cvae.data import prepared, specs
 from cvae.data.command import DEFAULT_TEST_FRACTION
 from cvae.data.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS
 from cvae.data.memory import check_fits
+from cvae.data.prepare import Log
 from cvae.data.sources import GREY_MODES, Source, check_classes, open_source
 from cvae.data.splits import seeded_choice
 from cvae.errors import DataError
 
 RESIZE_FILTER = Image.Resampling.LANCZOS
 MODES = {1: "L", 3: "RGB"}  # channels -> the Pillow mode images are converted to
+CHANNELS = {mode: channels for channels, mode in MODES.items()}
 _TEST_SALT = 0x7E57_5E7  # the test split's hash is not the validation split's
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _COPY_ROWS = 4096  # images copied at once when an array source needs no conversion
-
-Log = Callable[[str], None]
 
 
 def _warn(line: str) -> None:
@@ -71,9 +70,11 @@ class Plan:
 
     @property
     def channels(self) -> int:
-        return len(self.mode)
+        return CHANNELS[self.mode]
 
+    @property
     def stored_shape(self) -> tuple[int, ...]:
+        """One image as written: (height, width) for grey, (height, width, 3) for colour."""
         return self.size if self.channels == 1 else (*self.size, self.channels)
 
 
@@ -132,7 +133,7 @@ def _converted(image: Image.Image, plan: Plan) -> np.ndarray:
 def _write_images(source: Source, plan: Plan, folder: Path, *, progress: bool) -> None:
     """The four arrays, the images one at a time into preallocated memory maps (or, when an
     array source needs no conversion, copied a block at a time)."""
-    shape = plan.stored_shape()
+    shape = plan.stored_shape
     # An array source's images all share one size and mode.
     as_is = (source.array is not None and source.modes[0] == plan.mode
              and tuple(source.sizes[0].tolist()) == plan.size)
@@ -199,7 +200,7 @@ def prepare_own(source_path: str | os.PathLike, name: str, data_dir: str | os.Pa
     check_classes(source)
     layout = plan(source, image_size=image_size, channels=channels,
                   test_fraction=test_fraction, seed=seed)
-    check_fits(source.count * int(np.prod(layout.stored_shape())), where=str(source_path))
+    check_fits(source.count * int(np.prod(layout.stored_shape)), where=str(source_path))
     for bad in source.bad:
         warn(f"skipped {bad.path}: {bad.reason}")
     manifest = _manifest(source, layout, name)

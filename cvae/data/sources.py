@@ -145,9 +145,13 @@ def _probe(file: Path) -> tuple[tuple[int, int], str]:
 
 
 def _open_image(file: Path) -> Image.Image:
-    with Image.open(file) as image:
-        image.load()
-        return image.copy()
+    try:
+        with Image.open(file) as image:
+            image.load()
+            return image.copy()
+    except DECODE_ERRORS as error:  # it decoded when it was read first: changed since
+        raise DataError(f"{file}: does not decode any more ({_first_line(error)}): was it "
+                        f"changed during preparation?") from None
 
 
 def _folder_source(root: Path, *, skip_bad: bool, progress: bool) -> Source:
