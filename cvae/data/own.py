@@ -82,7 +82,7 @@ def _check_target(data_dir: Path, name: str) -> Path:
     if not _NAME.fullmatch(name):
         raise DataError(f"--name {name!r}: use letters, digits, '_', '.' and '-' (up to 64), "
                         f"starting with a letter or digit")
-    if name in specs.SPECS:
+    if name in specs.SPECS or name in {spec.folder for spec in specs.SPECS.values()}:
         raise DataError(f"--name {name!r} is a built-in dataset: choose another name")
     target = prepared.folder_of(data_dir, name)
     if target.exists():
