@@ -123,11 +123,22 @@ def _converted(image: Image.Image, plan: Plan) -> np.ndarray:
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")  # Pillow's advice for palettes with transparency
     if image.mode != plan.mode:
-        image = image.convert(plan.mode)
+        try:
+            image = image.convert(plan.mode)
+        except ValueError:  # no direct conversion (LAB to L, say): through RGB
+            image = image.convert("RGB").convert(plan.mode)
     height, width = plan.size
     if image.size != (width, height):
         image = image.resize((width, height), RESIZE_FILTER)
     return np.asarray(image, np.uint8)
+
+
+def _convert_row(source: Source, row: int, plan: Plan) -> np.ndarray:
+    try:
+        return _converted(source.image(row), plan)
+    except ValueError as error:
+        raise DataError(f"{source.where(row)}: cannot be made {plan.mode} at "
+                        f"{plan.size[0]}x{plan.size[1]} ({error})") from None
 
 
 def _write_images(source: Source, plan: Plan, folder: Path, *, progress: bool) -> None:
@@ -151,7 +162,7 @@ def _write_images(source: Source, plan: Plan, folder: Path, *, progress: bool) -
                     out[start:start + len(block)] = source.array(block)
                 else:
                     for offset, row in enumerate(block):
-                        out[start + offset] = _converted(source.image(row), plan)
+                        out[start + offset] = _convert_row(source, row, plan)
                 bar.update(len(block))
         out.flush()
         del out
@@ -232,10 +243,11 @@ def _report(manifest: dict, source: Source, target: Path, *, log: Log) -> None:
         f"({source.kind})" + (f"; skipped {len(source.bad)} files" if source.bad else ""))
     resized = sum(manifest["resize"]["resized"].values())
     converted = sum(manifest["modes"]["converted"].values())
-    if resized or converted:
-        log(f"resized {resized} images to {height}x{width} "
-            f"({manifest['resize']['filter'].rsplit('.', 1)[-1]}); converted {converted} to "
-            f"{manifest['modes']['to']}")
+    changes = [f"resized {resized} images to {height}x{width} "
+               f"({manifest['resize']['filter'].rsplit('.', 1)[-1]})"] if resized else []
+    changes += [f"converted {converted} to {manifest['modes']['to']}"] if converted else []
+    if changes:
+        log("; ".join(changes))
     log(f"prepared {target}: {counts['train']} train + {counts['test']} test images of "
         f"{height}x{width}x{channels}; {manifest['hash']}")
     log(f"train on it: cvae train --dataset {manifest['name']} --data-dir {target.parent}")

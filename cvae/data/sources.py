@@ -63,6 +63,7 @@ class Source:
     modes: list[str]
     test: np.ndarray | None
     image: Callable[[int], Image.Image]
+    where: Callable[[int], str]  # image i's file, or its place in the array, for messages
     bad: list[Bad] = dataclasses.field(default_factory=list)
     # (N, H, W) or (N, H, W, C) uint8 for the array sources: copied as they are when no
     # conversion is asked for; None for a folder.
@@ -180,7 +181,7 @@ def _folder_source(root: Path, *, skip_bad: bool, progress: bool) -> Source:
         labels=np.array([label for _, label, _ in kept], np.int64),
         sizes=np.array(sizes, np.int64).reshape(-1, 2), modes=modes,
         test=np.array([is_test for _, _, is_test in kept], bool) if has_split else None,
-        image=lambda i: _open_image(kept[i][0]), bad=bad)
+        image=lambda i: _open_image(kept[i][0]), where=lambda i: str(kept[i][0]), bad=bad)
 
 
 def _first_line(error: Exception) -> str:
@@ -197,6 +198,7 @@ def _array_source(kind: str, path: Path, images: np.ndarray, *, labels: np.ndarr
                   sizes=np.tile(np.array(images.shape[1:3], np.int64), (len(images), 1)),
                   modes=[mode] * len(images), test=test,
                   image=lambda i: Image.fromarray(images[i]),  # L or RGB, by its shape
+                  where=lambda i: f"{path}: image {i}",
                   array=lambda rows: images[rows])
 
 
