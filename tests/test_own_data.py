@@ -168,14 +168,18 @@ def test_mixed_sizes_and_modes_are_resized_and_converted_as_the_manifest_says(tm
 
 def test_image_size_and_channels_flags_override_the_rule(tmp_path):
     images = _mixed_folder(tmp_path / "mixed")
+    lab = Image.new("LAB", (4, 6), (60, 20, 90))  # Pillow has no LAB -> L: through RGB
+    lab.save(tmp_path / "mixed" / "b" / "lab.tif")
     _, manifest, _ = prepare(tmp_path / "mixed", "grey16", tmp_path / "data",
                              image_size=parse_image_size("5x3"), channels=1)
     data = loaded(tmp_path / "data", "grey16")
     assert manifest["image_shape"] == [5, 3, 1] and data.train_images.shape[1:] == (5, 3)
     assert manifest["resize"]["rule"] == "--image-size"
-    grey = np.asarray(images["a/0.png"].resize((3, 5), RESIZE_FILTER))
-    assert any(np.array_equal(image, grey)
-               for image in np.concatenate([data.train_images, data.test_images]))
+    assert manifest["modes"]["converted"] == {"LAB": 1, "P": 1, "RGBA": 1}
+    found = np.concatenate([data.train_images, data.test_images])
+    for expected in (images["a/0.png"], lab.convert("RGB").convert("L")):
+        resized = np.asarray(expected.resize((3, 5), RESIZE_FILTER))
+        assert any(np.array_equal(image, resized) for image in found)
     with pytest.raises(argparse.ArgumentTypeError, match="expected N or HxW"):
         parse_image_size("0x3")
 

@@ -13,7 +13,8 @@ changes only when preparation succeeds.
   met); other sizes are resized with Pillow's LANCZOS filter, aspect ratio not kept.
 - Mode: `--channels`, or else 3 (RGB) when any image is in colour and 1 (L) otherwise; other
   modes are converted with Pillow's `convert` (alpha dropped; grey made RGB by repeating it;
-  RGB made grey by ITU-R 601-2 luma).
+  RGB made grey by ITU-R 601-2 luma; a mode with no direct conversion, LAB to L say, through
+  RGB).
 - Split: the source's own (train/ and test/ folders, IDX files), or else, in each class, the
   `--test-fraction` of its images whose hash of (--seed, index) is lowest
   (`cvae.data.splits.seeded_choice`); every class keeps a training image.
