@@ -211,6 +211,9 @@ def _bad_inputs(root: Path) -> dict[str, tuple[Path, str, dict]]:
     (truncated / "b" / "0.png").write_bytes(png[:len(png) // 2])
     empty = _folder(root / "empty", {"a": 2, "b": 0})
     split = _folder(root / "split" / "train", {"a": 2, "b": 2}).parent
+    beside = _folder(root / "beside" / "train", {"a": 2, "b": 2}).parent
+    _folder(beside / "test", {"a": 1})
+    _folder(beside, {"c": 1})
     return {
         "not an image": (not_image, r"not-image/a/notes.txt: not an image that Pillow reads: "
                                     r"remove it, or pass --skip-bad", {}),
@@ -223,6 +226,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[Path, str, dict]]:
         "npz of floats": (_npz(root / "floats.npz", [0, 1], images=np.zeros((2, 4, 4))),
                           r"images must be uint8", {}),
         "train without test": (split, r"has train/ but no test/", {}),
+        "a class beside train/ and test/": (beside, r"beside/c: beside train/ and test/: remove it", {}),
         "built-in name": (empty, r"--name 'mnist' is a built-in dataset", {"name": "mnist"}),
         "too large": (_folder(root / "large", {"a": 3, "b": 3}),
                       r"more than this machine can train on", {"env": "300"}),

@@ -114,8 +114,8 @@ def _split_levels(root: Path) -> list[tuple[Path, bool]] | None:
 
 
 def _folder_files(root: Path
-                  ) -> tuple[list[str], list[tuple[Path, int, bool]], list[Path], bool]:
-    """(class names, [(file, label, is test)], loose files outside any class folder, whether
+                  ) -> tuple[list[str], list[tuple[Path, int, bool]], list[Bad], bool]:
+    """(class names, [(file, label, is test)], what lies outside any class folder, whether
     the folder has the train/test level)."""
     split = _split_levels(root)
     levels = split or [(root, False)]
@@ -127,9 +127,12 @@ def _folder_files(root: Path
         if extra:
             raise DataError(f"{root / 'test'}: class folder(s) {', '.join(extra)} have no "
                             f"folder in {root / 'train'}")
-    files, loose = [], []
+    files = []
+    # Beside train/ and test/, anything else visible is as misplaced as a file beside classes.
+    loose = [Bad(str(entry), "beside train/ and test/") for entry in sorted(root.iterdir())
+             if split and _visible(entry.name) and entry.name not in SPLIT_FOLDERS]
     for (classes, strays), is_test in folders:
-        loose += strays
+        loose += [Bad(str(file), "not in a class folder") for file in strays]
         for name, folder in classes.items():
             label = class_names.index(name)
             files += [(file, label, is_test) for file in sorted(folder.rglob("*"))
@@ -156,8 +159,7 @@ def _open_image(file: Path) -> Image.Image:
 
 
 def _folder_source(root: Path, *, skip_bad: bool, progress: bool) -> Source:
-    class_names, files, loose, has_split = _folder_files(root)
-    bad = [Bad(str(file), "not in a class folder") for file in loose]
+    class_names, files, bad, has_split = _folder_files(root)
     kept, sizes, modes = [], [], []
     for file, label, is_test in tqdm(files, desc=f"reading {root.name}", unit="file",
                                      disable=None if progress else True):
