@@ -226,7 +226,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[Path, str, dict]]:
         "npz of floats": (_npz(root / "floats.npz", [0, 1], images=np.zeros((2, 4, 4))),
                           r"images must be uint8", {}),
         "train without test": (split, r"has train/ but no test/", {}),
-        "a class beside train/ and test/": (beside, r"beside/c: beside train/ and test/: remove it", {}),
+        "a class beside train/ and test/": (beside, r"beside/c: beside train/ and test/", {}),
         "built-in name": (empty, r"--name 'mnist' is a built-in dataset", {"name": "mnist"}),
         "too large": (_folder(root / "large", {"a": 3, "b": 3}),
                       r"more than this machine can train on", {"env": "300"}),
