@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
+from cvae import config_toml
 from cvae import presets
 from cvae import cli_help, limits
 from cvae.cli_types import add_truncation_flag, bounded
@@ -27,38 +28,49 @@ from cvae.errors import USER_ERRORS
 from cvae.export.command import add_export_flags, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
+PRINTED_HEADER = ("Every field of a cvae train config (docs/configuration.md). Train it with\n"
+                  "cvae train --config THIS_FILE; flags given beside --config override it.")
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
 # everything else (JAX, Orbax, ...) only from WARNING up.
 OWN_LOGGERS = ("cvae", "service")
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per config field, its help the field's doc; choices come from its Literal type."""
-    group = parser.add_argument_group("config (defaults from --preset; shown: the default preset)")
-    default = presets.default()
-    for field in dataclasses.fields(config_lib.Config):
-        flag = config_lib.flag(field.name)
-        hint = config_lib.HINTS[field.name]
-        value = getattr(default, field.name)
-        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-        help_text = f"{config_lib.field_doc(field.name)} (default {shown})"
-        if hint is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_text)
-        elif field.name in config_lib.CHOICES:
-            group.add_argument(flag, choices=config_lib.CHOICES[field.name], default=None,
-                               help=help_text)
-        else:
-            metavar = "N,N,..." if typing.get_origin(hint) is tuple else field.name.upper()
-            group.add_argument(flag, default=None, metavar=metavar, help=help_text)
+def add_config_flags(parser: argparse.ArgumentParser, shown: config_lib.Config) -> dict:
+    """One flag per config field in its group (`cli_help.CONFIG_GROUPS`), its help the field's
+    doc and `shown`'s value (the --preset given); choices come from its Literal type. Returns
+    the groups by title."""
+    groups = {}
+    for title, names in cli_help.CONFIG_GROUPS.items():
+        groups[title] = parser.add_argument_group(title)
+        for name in names:
+            add_config_flag(groups[title], name, getattr(shown, name))
+    return groups
 
 
-def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
+def add_config_flag(group, name: str, default) -> None:
+    flag = config_lib.flag(name)
+    hint = config_lib.HINTS[name]
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    help_text = f"{config_lib.field_doc(name)} (default {shown})"
+    if hint is bool:
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                           help=help_text)
+    elif name in config_lib.CHOICES:
+        group.add_argument(flag, choices=config_lib.CHOICES[name], default=None, help=help_text)
+    else:
+        metavar = ("N,N,..." if typing.get_origin(hint) is tuple else
+                   {int: "N", float: "X"}.get(hint, name.upper()))
+        group.add_argument(flag, default=None, metavar=metavar, help=help_text)
+
+
+def add_distributed_flags(group) -> None:
+    """Into the devices group: JAX's distributed runtime."""
     from cvae.training.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
 
-    group = parser.add_argument_group(
-        "multi-process (JAX's distributed runtime; omit all three under SLURM, Open MPI's "
-        "mpirun or a\nKubernetes indexed Job, where JAX detects them)")
+    group.description = ("--coordinator-address, --num-processes and --process-id join "
+                         "processes in JAX's distributed\nruntime; omit all three under SLURM, "
+                         "Open MPI's mpirun or a Kubernetes indexed Job, where JAX\ndetects "
+                         "them.")
     group.add_argument("--coordinator-address", metavar="HOST:PORT",
                        help="process 0's address and a free port, the same for every process")
     group.add_argument("--num-processes", type=bounded(int, 1, 65536), metavar="N",
@@ -79,13 +91,16 @@ def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
                                formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(help_preset: str = "default") -> argparse.ArgumentParser:
+    """The `cvae` parser; `cvae train --help` shows `help_preset`'s values as the defaults."""
     parser = argparse.ArgumentParser(prog="cvae", description=cli_help.DESCRIPTION,
                                      epilog=cli_help.EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command_flags in (add_data_command, add_train_command, add_launch_command,
-                              add_sample_command, add_eval_command, add_serve_command):
+    add_data_command(commands)
+    add_train_command(commands, presets.get_preset(help_preset))
+    for add_command_flags in (add_launch_command, add_sample_command, add_eval_command,
+                              add_serve_command):
         add_command_flags(commands)
     add_export_flags(add_command(commands, "export"))
     return parser
@@ -98,10 +113,18 @@ def add_data_command(commands) -> None:
                       help="which dataset to prepare (default mnist)")
 
 
-def add_train_command(commands) -> None:
-    train = add_command(commands, "train")
-    train.add_argument("--preset", choices=tuple(presets.PRESETS), default="default",
-                       help="the config the flags below change (default: default)")
+def add_train_command(commands, shown: config_lib.Config) -> None:
+    train = add_command(commands, "train", usage="cvae train [--preset NAME] [--config "
+                        "FILE.toml] [--print-config] [--FLAG VALUE ...]")
+    train.add_argument("--preset", choices=tuple(presets.PRESETS),
+                       help="the config the file and the flags below change (default: the "
+                            "--config file's preset, else default); with --help, the defaults "
+                            "shown are its values")
+    train.add_argument("--config", metavar="FILE.toml",
+                       help="config fields from a TOML file (docs/configuration.md); flags "
+                            "given beside it override its values")
+    train.add_argument("--print-config", action="store_true",
+                       help="print the effective config as TOML and exit (a file for --config)")
     train.add_argument("--checkpoint-dir", default="checkpoints",
                        help="where checkpoints, metrics and grids go; resumes from the latest "
                             "checkpoint there (default checkpoints)")
@@ -112,8 +135,7 @@ def add_train_command(commands) -> None:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
     train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
-    add_distributed_flags(train)
-    add_config_flags(train)
+    add_distributed_flags(add_config_flags(train, shown)["devices and processes"])
 
 
 def add_launch_command(commands) -> None:
@@ -230,14 +252,23 @@ def add_serve_command(commands) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    config = presets.get_preset(args.preset)
+    """The preset's config, then the --config file's fields, then the flags given."""
     changes = {}
     for field in dataclasses.fields(config_lib.Config):
         value = getattr(args, field.name, None)
         if value is not None:
             changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
                                                     field.name)
-    return config.replace(**changes).validate()
+    return config_toml.load_config(args.preset, args.config, changes)
+
+
+def help_preset(argv: list[str]) -> str:
+    """The preset `cvae train --preset NAME --help` shows, read before the parser is built (an
+    unknown name shows the default; the parser then refuses it)."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--preset")
+    name = early.parse_known_args(argv)[0].preset
+    return name if name in presets.PRESETS else "default"
 
 
 def cmd_data(args) -> int:
@@ -252,6 +283,9 @@ def cmd_train(args) -> int:
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     config = config_from_args(args)
+    if args.print_config:
+        print(config_toml.to_toml(config, header=PRINTED_HEADER), end="")
+        return 0
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
     # Training never opens the test files: selection uses the validation split
@@ -382,7 +416,9 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(help_preset(argv)).parse_args(argv)
+    args.command_line = ["cvae", *argv]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
