@@ -15,6 +15,7 @@ Synopsis:
 
 from __future__ import annotations
 
+import inspect
 import json
 import tomllib
 import typing
@@ -107,3 +108,29 @@ def load_config(preset: str | None, path: str | Path | None, flags: dict[str, An
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
     return config.replace(**flags).validate()
+
+
+def preset_file(name: str) -> str:
+    """configs/NAME.toml: preset `name` as a file, its docstring on top."""
+    about = inspect.cleandoc(presets.PRESETS[name].__doc__ or "")
+    return to_toml(presets.get_preset(name), header=(
+        f"The {name} preset (cvae/presets.py), every field written out: `cvae train --config "
+        f"configs/{name}.toml`\ntrains what `cvae train --preset {name}` trains. Written by "
+        f"`make configs`; edit a copy.\n\n{about}"))
+
+
+def write_preset_files(folder: str | Path) -> list[Path]:
+    """Every preset as `folder`/NAME.toml (`make configs`); returns the paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{name}.toml" for name in presets.PRESETS]
+    for name, path in zip(presets.PRESETS, paths):
+        path.write_text(preset_file(name))
+    return paths
+
+
+if __name__ == "__main__":
+    import sys
+
+    for written in write_preset_files(sys.argv[1] if len(sys.argv) > 1 else "configs"):
+        print(f"wrote {written}")
