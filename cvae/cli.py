@@ -303,7 +303,7 @@ def cmd_train(args) -> int:
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
-                                  writer=processes.is_writer)
+                                  writer=processes.is_writer, command=args.command_line)
     try:
         run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
                                  fresh=args.fresh,
