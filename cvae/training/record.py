@@ -4,9 +4,10 @@ effective config, a file `cvae train --config` reads) and `record.json` (the run
 The record: the command line; the versions of Python, cvae, jax, jaxlib, flax, optax and
 orbax-checkpoint; the devices and the CPU model; the git commit of the code and whether its tree
 was dirty (null outside a git tree); the dataset's manifest hash; when this invocation started
-and when the step was saved (`ended_at`). Process 0 writes both files after each save (the step is already
-committed then), so a run of several processes writes them once. `cvae eval` and `cvae export`
-read the record back (`cvae.model.store.read_record`); steps written before records have none.
+and when the step was saved (`ended_at`). Process 0 writes both files after each save (the
+step is already committed then), so a run of several processes writes them once. `cvae eval`
+and `cvae export` read the record back (`cvae.model.store.read_record`); steps written before
+records have none.
 """
 
 from __future__ import annotations
