@@ -47,7 +47,7 @@ web: ## the page's onnxruntime-web files from npm (service/web; skipped without 
 data: setup ## MNIST as IDX files under data/, offline
 	$(BIN)/cvae data --data-dir $(DATA_DIR)
 
-configs: setup ## the presets as TOML files in configs/, for `cvae train --config` (docs/configuration.md)
+configs: setup ## the presets as TOML files in configs/, for `cvae train --config`
 	$(BIN)/python -m cvae.config_toml configs
 
 train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)

@@ -22,65 +22,16 @@ from cvae import config as config_lib
 from cvae import config_toml
 from cvae import presets
 from cvae import cli_help, limits
+from cvae.cli_train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
 from cvae.cli_types import add_truncation_flag, bounded
 from cvae.data.specs import largest_label
 from cvae.errors import USER_ERRORS
 from cvae.export.command import add_export_flags, check_exported, cmd_export
 
 EXIT_USER_ERROR = 2
-PRINTED_HEADER = ("Every field of a cvae train config (docs/configuration.md). Train it with\n"
-                  "cvae train --config THIS_FILE; flags given beside --config override it.")
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
 # everything else (JAX, Orbax, ...) only from WARNING up.
 OWN_LOGGERS = ("cvae", "service")
-
-
-def add_config_flags(parser: argparse.ArgumentParser, shown: config_lib.Config) -> dict:
-    """One flag per config field in its group (`cli_help.CONFIG_GROUPS`), its help the field's
-    doc and `shown`'s value (the --preset given); choices come from its Literal type. Returns
-    the groups by title."""
-    groups = {}
-    for title, names in cli_help.CONFIG_GROUPS.items():
-        groups[title] = parser.add_argument_group(title)
-        for name in names:
-            add_config_flag(groups[title], name, getattr(shown, name))
-    return groups
-
-
-def add_config_flag(group, name: str, default) -> None:
-    flag = config_lib.flag(name)
-    hint = config_lib.HINTS[name]
-    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    help_text = f"{config_lib.field_doc(name)} (default {shown})"
-    if hint is bool:
-        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                           help=help_text)
-    elif name in config_lib.CHOICES:
-        group.add_argument(flag, choices=config_lib.CHOICES[name], default=None, help=help_text)
-    else:
-        metavar = ("N,N,..." if typing.get_origin(hint) is tuple else
-                   {int: "N", float: "X"}.get(hint, name.upper()))
-        group.add_argument(flag, default=None, metavar=metavar, help=help_text)
-
-
-def add_distributed_flags(group) -> None:
-    """Into the devices group: JAX's distributed runtime."""
-    from cvae.training.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
-
-    group.description = ("--coordinator-address, --num-processes and --process-id join "
-                         "processes in JAX's distributed\nruntime; omit all three under SLURM, "
-                         "Open MPI's mpirun or a Kubernetes indexed Job, where JAX\ndetects "
-                         "them.")
-    group.add_argument("--coordinator-address", metavar="HOST:PORT",
-                       help="process 0's address and a free port, the same for every process")
-    group.add_argument("--num-processes", type=bounded(int, 1, 65536), metavar="N",
-                       help="how many processes train together (1 = no distributed runtime)")
-    group.add_argument("--process-id", type=bounded(int, 0, 65535), metavar="I",
-                       help="this process's index, 0..N-1; process 0 writes logs and pictures")
-    group.add_argument("--heartbeat-timeout", type=bounded(int, 1, 3600),
-                       default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
-                       help="a process silent this long counts as dead and every other process "
-                            f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
 
 
 def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
@@ -116,26 +67,7 @@ def add_data_command(commands) -> None:
 def add_train_command(commands, shown: config_lib.Config) -> None:
     train = add_command(commands, "train", usage="cvae train [--preset NAME] [--config "
                         "FILE.toml] [--print-config] [--FLAG VALUE ...]")
-    train.add_argument("--preset", choices=tuple(presets.PRESETS),
-                       help="the config the file and the flags below change (default: the "
-                            "--config file's preset, else default); with --help, the defaults "
-                            "shown are its values")
-    train.add_argument("--config", metavar="FILE.toml",
-                       help="config fields from a TOML file (docs/configuration.md); flags "
-                            "given beside it override its values")
-    train.add_argument("--print-config", action="store_true",
-                       help="print the effective config as TOML and exit (a file for --config)")
-    train.add_argument("--checkpoint-dir", default="checkpoints",
-                       help="where checkpoints, metrics and grids go; resumes from the latest "
-                            "checkpoint there (default checkpoints)")
-    train.add_argument("--data-dir", default="data", help="where the IDX files are (default data)")
-    train.add_argument("--fresh", action="store_true",
-                       help="start over: move the previous run aside to replaced-<time>/")
-    train.add_argument("--init-from", metavar="DIR", help="start from another run's weights")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
-    train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
-    add_distributed_flags(add_config_flags(train, shown)["devices and processes"])
+    add_train_flags(train, shown)
 
 
 def add_launch_command(commands) -> None:
@@ -249,26 +181,6 @@ def add_serve_command(commands) -> None:
     serve.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                        help="text: gunicorn's usual lines; json: one JSON object per line, "
                             "with a request id also returned as X-Request-ID (default text)")
-
-
-def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    """The preset's config, then the --config file's fields, then the flags given."""
-    changes = {}
-    for field in dataclasses.fields(config_lib.Config):
-        value = getattr(args, field.name, None)
-        if value is not None:
-            changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
-                                                    field.name)
-    return config_toml.load_config(args.preset, args.config, changes)
-
-
-def help_preset(argv: list[str]) -> str:
-    """The preset `cvae train --preset NAME --help` shows, read before the parser is built (an
-    unknown name shows the default; the parser then refuses it)."""
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--preset")
-    name = early.parse_known_args(argv)[0].preset
-    return name if name in presets.PRESETS else "default"
 
 
 def cmd_data(args) -> int:
