@@ -182,15 +182,17 @@ def _record(facts: CardFacts) -> str:
                          sorted(record.get("versions", {}).items()) if version)
     kinds = sorted({device["kind"] for device in record.get("devices", [])})
     dataset = record.get("dataset") or {}
+    digest = dataset.get("manifest_sha256")
     rows = [("command", f"`{' '.join(record.get('command', []))}`"), ("code", code),
             ("versions", versions),
             ("devices", f"{len(record.get('devices', []))} x {', '.join(kinds)}"),
             ("CPU", record.get("cpu", "")),
-            ("dataset", f"{dataset.get('name')}, sha256 `{dataset.get('manifest_sha256')}`"),
+            ("dataset", f"{dataset.get('name')}, " + (f"sha256 `{digest}`" if digest
+                                                       else "no manifest hash")),
             ("trained", f"{record.get('started_at')} to {record.get('ended_at')} (this "
                         f"invocation, to this step)")]
     return "\n".join(["## Run record\n", "The checkpoint step's record.json, also in "
-                       "manifest.json:\n", "| | |", "|---|---|",
+                       "manifest.json:\n", "| what | value |", "|---|---|",
                        *(f"| {name} | {_cell(str(value))} |" for name, value in rows), ""])
 
 
