@@ -1,6 +1,7 @@
 """The FastAPI sampling service: `GET /sample` draws PNG digit grids from the latest checkpoint;
 `POST /transfer` writes an uploaded digit's hand as every digit; `GET /interpolate` walks the
-latent space; `POST /classify` reads an uploaded digit with a few-label model's classifier.
+latent space; `POST /classify` reads an uploaded digit (q(y|x) for a few-label model, Bayes'
+rule on p(x|y) for any other).
 
 Synopsis:
 

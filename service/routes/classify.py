@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.dependencies import ServedModel
 from service.params import LARGEST_LABEL, PrepareMode
-from service.responses import IMAGE_HEADERS, BadParameters
+from service.responses import BadParameters
 from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
 
 
@@ -44,7 +44,8 @@ class ClassifyParams(BaseModel):
 CLASSIFY_RESPONSES = {
     200: {"model": Reading, "description": "the ten probabilities, the most probable digit, "
                                            "and the checkpoint step",
-          "headers": {"X-Checkpoint-Step": IMAGE_HEADERS["X-Checkpoint-Step"]}},
+          "headers": {"X-Checkpoint-Step": {"description": "the step whose weights read it",
+                                            "schema": {"type": "integer"}}}},
     409: {"model": BadParameters, "description": "the served model reads no digits"},
     422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
                                                  "damaged, blank, or not 28x28 with prepare=none"},
