@@ -19,6 +19,7 @@ from cvae.model.store import BEST_METRIC, load_trained_model
 from cvae.training.checkpoints import create_manager, load_checkpoint, save_checkpoint
 from service.checkpoints import CheckpointWatcher
 from servers import cvae_server
+from test_digit_image import encoded, seven
 
 LOSSES = {4: 1.0, 8: 2.0}  # step -> validation loss: the older step is the best
 BEST, LATEST = 4, 8
@@ -101,12 +102,14 @@ def test_serve_refuses_a_missing_step_before_any_worker_starts(chosen_run, capsy
 
 
 def test_serve_best_serves_another_step_than_latest(chosen_run, tmp_path):
-    """Over a real `cvae serve`: /readyz and the picture's header name the best step."""
+    """Over a real `cvae serve`: /readyz and the replies' headers name the best step."""
     with cvae_server(chosen_run, tmp_path / "server.log", "--step", "best") as server:
         ready = httpx.get(f"{server.url}/readyz").json()
         picture = httpx.get(f"{server.url}/sample", params={"digit": 1, "n": 1, "seed": 0})
+        reading = httpx.post(f"{server.url}/classify", content=encoded(seven()))
     assert (ready["step"], ready["chosen_by"]) == (BEST, "best")
     assert picture.headers["X-Checkpoint-Step"] == str(BEST) != str(LATEST)
+    assert reading.headers["X-Checkpoint-Step"] == str(reading.json()["step"]) == str(BEST)
 
 
 def test_the_service_follows_the_best_and_holds_a_fixed_step(trained_run, tmp_path):
