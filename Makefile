@@ -18,7 +18,7 @@ help: ## list the targets with what each does
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-14s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup web data train test test-kernels test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data configs train test test-kernels test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
@@ -46,6 +46,9 @@ web: ## the page's onnxruntime-web files from npm (service/web; skipped without 
 
 data: setup ## MNIST as IDX files under data/, offline
 	$(BIN)/cvae data --data-dir $(DATA_DIR)
+
+configs: setup ## the presets as TOML files in configs/, for `cvae train --config`
+	$(BIN)/python -m cvae.config_toml configs
 
 train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)

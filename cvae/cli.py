@@ -19,8 +19,10 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
+from cvae import config_toml
 from cvae import presets
 from cvae import cli_help, limits
+from cvae.cli_train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
 from cvae.cli_types import add_step_flag, add_truncation_flag, bounded
 from cvae.data.specs import largest_label
 from cvae.errors import USER_ERRORS
@@ -32,45 +34,6 @@ EXIT_USER_ERROR = 2
 OWN_LOGGERS = ("cvae", "service")
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per config field, its help the field's doc; choices come from its Literal type."""
-    group = parser.add_argument_group("config (defaults from --preset; shown: the default preset)")
-    default = presets.default()
-    for field in dataclasses.fields(config_lib.Config):
-        flag = config_lib.flag(field.name)
-        hint = config_lib.HINTS[field.name]
-        value = getattr(default, field.name)
-        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-        help_text = f"{config_lib.field_doc(field.name)} (default {shown})"
-        if hint is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_text)
-        elif field.name in config_lib.CHOICES:
-            group.add_argument(flag, choices=config_lib.CHOICES[field.name], default=None,
-                               help=help_text)
-        else:
-            metavar = "N,N,..." if typing.get_origin(hint) is tuple else field.name.upper()
-            group.add_argument(flag, default=None, metavar=metavar, help=help_text)
-
-
-def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
-    from cvae.training.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
-
-    group = parser.add_argument_group(
-        "multi-process (JAX's distributed runtime; omit all three under SLURM, Open MPI's "
-        "mpirun or a\nKubernetes indexed Job, where JAX detects them)")
-    group.add_argument("--coordinator-address", metavar="HOST:PORT",
-                       help="process 0's address and a free port, the same for every process")
-    group.add_argument("--num-processes", type=bounded(int, 1, 65536), metavar="N",
-                       help="how many processes train together (1 = no distributed runtime)")
-    group.add_argument("--process-id", type=bounded(int, 0, 65535), metavar="I",
-                       help="this process's index, 0..N-1; process 0 writes logs and pictures")
-    group.add_argument("--heartbeat-timeout", type=bounded(int, 1, 3600),
-                       default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
-                       help="a process silent this long counts as dead and every other process "
-                            f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
-
-
 def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
     """Subcommand `name`, its description and examples from cvae/cli_help.py."""
     summary, description, examples = cli_help.COMMANDS[name]
@@ -79,13 +42,16 @@ def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
                                formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(help_preset: str = "default") -> argparse.ArgumentParser:
+    """The `cvae` parser; `cvae train --help` shows `help_preset`'s values as the defaults."""
     parser = argparse.ArgumentParser(prog="cvae", description=cli_help.DESCRIPTION,
                                      epilog=cli_help.EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command_flags in (add_data_command, add_train_command, add_launch_command,
-                              add_sample_command, add_eval_command, add_serve_command):
+    add_data_command(commands)
+    add_train_command(commands, presets.get_preset(help_preset))
+    for add_command_flags in (add_launch_command, add_sample_command, add_eval_command,
+                              add_serve_command):
         add_command_flags(commands)
     add_export_flags(add_command(commands, "export"))
     return parser
@@ -98,22 +64,10 @@ def add_data_command(commands) -> None:
                       help="which dataset to prepare (default mnist)")
 
 
-def add_train_command(commands) -> None:
-    train = add_command(commands, "train")
-    train.add_argument("--preset", choices=tuple(presets.PRESETS), default="default",
-                       help="the config the flags below change (default: default)")
-    train.add_argument("--checkpoint-dir", default="checkpoints",
-                       help="where checkpoints, metrics and grids go; resumes from the latest "
-                            "checkpoint there (default checkpoints)")
-    train.add_argument("--data-dir", default="data", help="where the IDX files are (default data)")
-    train.add_argument("--fresh", action="store_true",
-                       help="start over: move the previous run aside to replaced-<time>/")
-    train.add_argument("--init-from", metavar="DIR", help="start from another run's weights")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
-    train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
-    add_distributed_flags(train)
-    add_config_flags(train)
+def add_train_command(commands, shown: config_lib.Config) -> None:
+    train = add_command(commands, "train", usage="cvae train [--preset NAME] [--config "
+                        "FILE.toml] [--print-config] [--FLAG VALUE ...]")
+    add_train_flags(train, shown)
 
 
 def add_launch_command(commands) -> None:
@@ -232,17 +186,6 @@ def add_serve_command(commands) -> None:
                             "with a request id also returned as X-Request-ID (default text)")
 
 
-def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    config = presets.get_preset(args.preset)
-    changes = {}
-    for field in dataclasses.fields(config_lib.Config):
-        value = getattr(args, field.name, None)
-        if value is not None:
-            changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
-                                                    field.name)
-    return config.replace(**changes).validate()
-
-
 def cmd_data(args) -> int:
     from cvae.data.prepare import prepare_dataset
 
@@ -255,6 +198,9 @@ def cmd_train(args) -> int:
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     config = config_from_args(args)
+    if args.print_config:
+        print(config_toml.to_toml(config, header=PRINTED_HEADER), end="")
+        return 0
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
     # Training never opens the test files: selection uses the validation split
@@ -272,7 +218,7 @@ def cmd_train(args) -> int:
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
-                                  writer=processes.is_writer)
+                                  writer=processes.is_writer, command=args.command_line)
     try:
         run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
                                  fresh=args.fresh,
@@ -387,7 +333,9 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(help_preset(argv)).parse_args(argv)
+    args.command_line = ["cvae", *argv]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)

@@ -53,7 +53,7 @@ from cvae.limits import DEFAULT_TEMPERATURE
 from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
                              reports)
 from cvae.model.registry import create_model, noise_dim
-from cvae.model.store import StepChoice, load_trained_model
+from cvae.model.store import StepChoice, load_trained_model, read_record
 from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
@@ -319,6 +319,7 @@ def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOpti
     baseline = load_trained_model(baseline_dir) if baseline_dir else None
     results = evaluate_checkpoint(checkpoint, data, options, classifier_dir=classifier_dir,
                                   baseline=baseline)
+    results["record"] = read_record(checkpoint_dir, checkpoint.step)  # what made the run
     report_dir = options.report_dir or (str(Path(json_path).parent) if json_path else None)
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)

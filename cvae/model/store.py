@@ -5,7 +5,8 @@ The format, defined here once: a directory with one folder per step (an Orbax
 optimizer state, EMA params, BatchNorm statistics, the mixture prior, the labelled set, step and
 key), `config` (the run's `Config` as JSON, so the directory describes itself) and `metrics`
 (the validation figures that ranked the step: the best step is the one with the lowest
-`BEST_METRIC`, as the writer's manager ranks them). Training writes it
+`BEST_METRIC`, as the writer's manager ranks them); beside them, `config.toml` and
+`record.json` (what made the run: `cvae.training.record`). Training writes it
 (`cvae.training.checkpoints`); sampling, evaluation and the service read it here.
 
 Inference needs the variables the model applies, not the optimizer: `load_trained_model`
@@ -18,6 +19,7 @@ nothing of training. Readers open the directory read-only: they never delete or 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 from pathlib import Path
@@ -35,6 +37,9 @@ log = logging.getLogger(__name__)
 
 STATE, CONFIG, METRICS = "state", "config", "metrics"
 ITEMS = (STATE, CONFIG, METRICS)
+# Files beside the items, written by process 0 after a step commits (`cvae.training.record`):
+# the config as TOML and the run record, for people and tools that do not read Orbax.
+CONFIG_FILE, RECORD_FILE = "config.toml", "record.json"
 # What a damaged, half-deleted or vanished step raises when read.
 READ_ERRORS = (OSError, ValueError, KeyError)
 
@@ -107,6 +112,15 @@ def save_args(state, config: Config, metrics: dict[str, Any] | None) -> ocp.args
 def read_config(manager: ocp.CheckpointManager, step: int) -> Config:
     restored = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
     return Config.from_dict(restored[CONFIG])
+
+
+def read_record(directory: str | Path, step: int) -> dict[str, Any] | None:
+    """Step `step`'s run record (`cvae.training.record`); None for a step saved before runs
+    were recorded, or whose record does not read."""
+    try:
+        return json.loads((Path(directory) / str(step) / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def restore_newest_readable(manager: ocp.CheckpointManager,
