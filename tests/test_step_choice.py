@@ -14,10 +14,11 @@ import pytest
 from cvae.cli import main
 from cvae.errors import CheckpointError, StepNotFound
 from cvae.evaluation.run import EvalOptions, run_eval
+from cvae.export.load import exported_step, open_sampler
 from cvae.export.run import finished_checkpoint
 from cvae.model.store import BEST_METRIC, load_trained_model
 from cvae.training.checkpoints import create_manager, load_checkpoint, save_checkpoint
-from service.checkpoints import CheckpointWatcher
+from service.checkpoints import CheckpointWatcher, list_steps
 from servers import cvae_server
 from test_digit_image import encoded, seven
 
@@ -130,3 +131,16 @@ def test_a_fixed_step_not_there_is_named_in_the_note(chosen_run):
     watcher.refresh()
     assert watcher.current is None
     assert watcher.note == f"--step 6: no step 6 in {chosen_run} (steps there: 4, 8)"
+
+
+def test_an_exported_folder_holds_one_step_and_refuses_another(exported, capsys):
+    """Its one step is its latest and its best; another number is refused before anything
+    loads, by `cvae sample` and by `cvae serve`."""
+    folder = exported("standard")
+    step = exported_step(folder)
+    with pytest.raises(StepNotFound, match=rf"\(steps there: {step}\)$"):
+        open_sampler(folder, step + 1)
+    assert main(["serve", "--checkpoint-dir", str(folder), "--step", str(step + 1)]) == 2
+    assert f"no step {step + 1} in {folder} (steps there: {step})" in capsys.readouterr().err
+    watcher = CheckpointWatcher(folder, step="best")
+    assert watcher.chosen(list_steps(folder)) == [step]
