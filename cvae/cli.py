@@ -23,10 +23,10 @@ from cvae import config_toml
 from cvae import presets
 from cvae import cli_help, limits
 from cvae.cli_train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
-from cvae.cli_types import add_truncation_flag, bounded
+from cvae.cli_types import add_step_flag, add_truncation_flag, bounded
 from cvae.data.specs import largest_label
 from cvae.errors import USER_ERRORS
-from cvae.export.command import add_export_flags, check_exported, cmd_export
+from cvae.export.command import add_export_flags, check_exported, check_step, cmd_export
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
@@ -89,6 +89,7 @@ def add_sample_command(commands) -> None:
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from, or a folder of `cvae export` "
                              "(default checkpoints)")
+    add_step_flag(sample)
     sample.add_argument("--digit", type=bounded(int, 0, largest_label()),
                         help="the digit (class) to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
@@ -113,7 +114,8 @@ def add_sample_command(commands) -> None:
 def add_eval_command(commands) -> None:
     evaluate = add_command(commands, "eval")
     evaluate.add_argument("--checkpoint-dir", default="checkpoints",
-                          help="the run to evaluate, its newest checkpoint (default checkpoints)")
+                          help="the run to evaluate (default checkpoints)")
+    add_step_flag(evaluate)
     evaluate.add_argument("--data-dir", default="data",
                           help="where the test set's IDX files are (default data)")
     evaluate.add_argument("--json", metavar="FILE",
@@ -158,6 +160,7 @@ def add_serve_command(commands) -> None:
     serve.add_argument("--checkpoint-dir", default="checkpoints",
                        help="the run to serve, newer checkpoints picked up, or a folder of "
                             "`cvae export` (default checkpoints)")
+    add_step_flag(serve, served=True)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
@@ -278,7 +281,7 @@ def cmd_sample(args) -> int:
     from cvae.sampling.grid import grid_columns, make_grid, save_png
 
     check_exported(args.checkpoint_dir)
-    sampler = open_sampler(args.checkpoint_dir, truncation=args.truncation)
+    sampler = open_sampler(args.checkpoint_dir, args.step, truncation=args.truncation)
     images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale, image_shape=sampler.config.spec.stored_shape)
@@ -293,7 +296,7 @@ def cmd_eval(args) -> int:
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalOptions)
              if getattr(args, f.name, None) is not None}
     run_eval(args.checkpoint_dir, args.data_dir, EvalOptions(**given), json_path=args.json,
-             baseline_dir=args.baseline_dir)
+             baseline_dir=args.baseline_dir, step=args.step)
     return 0
 
 
@@ -307,10 +310,12 @@ def cmd_serve(args) -> int:
     from service.server import lazy_app, serve
 
     check_exported(args.checkpoint_dir)
+    check_step(args.checkpoint_dir, args.step)
     configure_logging(args.log_format)
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
                    poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
-                   request_ids=args.log_format == "json", truncation=args.truncation)
+                   request_ids=args.log_format == "json", truncation=args.truncation,
+                   step=args.step)
     serve(app, args.host, args.port, workers=args.workers, read_timeout=args.read_timeout,
           write_timeout=args.write_timeout, access_log=args.access_log,
           log_format=args.log_format)

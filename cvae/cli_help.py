@@ -85,12 +85,15 @@ classifiers' test errors. Prints a table; --json also writes every figure.""",
         "serve the model over HTTP: a page, PNG grids, style transfer, metrics",
         """\
 Serve a checkpoint over HTTP (gunicorn, uvicorn workers): a page to draw on at /, PNG grids
-(GET /sample, GET /interpolate), style transfer (POST /transfer), a few-label model's reading
-(POST /classify), /healthz, /readyz, Prometheus /metrics, and the API's pages /docs and /redoc.
-Newer checkpoints in --checkpoint-dir are served as they appear.""",
+(GET /sample, GET /interpolate), style transfer (POST /transfer), /healthz, /readyz, Prometheus
+/metrics, and the API's pages /docs and /redoc. POST /classify reads an uploaded digit with any
+model: with its classifier q(y|x) when trained with --labels N, otherwise by Bayes' rule on its
+bounds on p(x|y); either way, as JSON, each class's probability, the label and the step.
+Newer checkpoints in --checkpoint-dir are served as they appear (--step chooses which).""",
         """\
   cvae serve                                   # http://127.0.0.1:8000/
   cvae serve --host 0.0.0.0 --port 8080 --workers auto --log-format json
+  cvae serve --step best                       # the lowest validation loss, not the newest
   curl -o sevens.png 'http://127.0.0.1:8000/sample?digit=7&n=16&seed=3'"""),
     "export": (
         "write a checkpoint as a portable folder: safetensors, model card, StableHLO, ONNX",

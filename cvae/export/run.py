@@ -38,12 +38,13 @@ ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checke
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: bool = False,
-                      truncation: float | None = None, log=print) -> dict:
-    """Export the newest step of `checkpoint_dir` into `out`, drawing at `truncation` (None:
-    the run's own; `Config.drawn_at`); returns the manifest."""
+                      truncation: float | None = None, step="latest", log=print) -> dict:
+    """Export the newest step of `checkpoint_dir` (or the one `step` chooses:
+    `cvae.model.store.StepChoice`) into `out`, drawing at `truncation` (None: the run's own;
+    `Config.drawn_at`); returns the manifest."""
     checkpoint_dir, out = Path(checkpoint_dir), Path(out)
     check_out(out, checkpoint_dir, force=force)
-    checkpoint = finished_checkpoint(checkpoint_dir)
+    checkpoint = finished_checkpoint(checkpoint_dir, step)
     from cvae.model.registry import create_model
     from cvae.sampling.sampler import create_sampler
 
@@ -74,10 +75,10 @@ def check_out(out: Path, checkpoint_dir: Path, *, force: bool) -> None:
                           f"files in it, or choose an empty or new folder")
 
 
-def finished_checkpoint(directory: Path):
-    """The newest step of `directory`, refused when a step is still being written, or when
-    the newest one is uncommitted or does not read (where `load_trained_model` would quietly
-    fall back to an older step)."""
+def finished_checkpoint(directory: Path, step="latest"):
+    """The newest (or the chosen) step of `directory`, refused when a step is still being
+    written, or when the newest one is uncommitted or does not read (where
+    `load_trained_model` would quietly fall back to an older step)."""
     from cvae.model.store import READ_ERRORS, load_trained_model
 
     steps = []
@@ -88,8 +89,9 @@ def finished_checkpoint(directory: Path):
                                   f"({pending[0]}): let the save finish (or training stop), "
                                   f"then export")
         steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
-    if not steps:
-        return load_trained_model(directory)  # its one-line CheckpointError says what to do
+    if not steps or step != "latest":
+        # Its one-line CheckpointError says what to do, or which steps there are.
+        return load_trained_model(directory, step)
     newest = max(steps)
     hint = (f"{directory}: the newest step, {newest}, does not read (unfinished or damaged): "
             f"move it away to export the step before it")

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from cvae.training.checkpoints import EVAL_SPLIT, create_manager, save_checkpoint
+from cvae.model.store import EVAL_SPLIT
+from cvae.training.checkpoints import create_manager, save_checkpoint
 from cvae.training import processes
 from cvae.training.processes import local_copy
 from cvae.training.record import create_record, now, write_step_files
