@@ -386,3 +386,18 @@ def test_cvae_data_says_which_flags_go_together(flags, message, tmp_path, capsys
     assert main(["data", "--data-dir", str(tmp_path / "data"), *flags]) == 2
     assert capsys.readouterr().err.startswith(f"cvae data: error: {message}")
     assert not (tmp_path / "data").exists()
+
+
+def test_cvae_train_registers_a_prepared_dataset_named_by_a_flag_or_a_config_file(
+        sources, tmp_path, capsys):
+    from cvae.cli import main
+
+    prepare(sources["digits"], "from-file", tmp_path / "data")
+    (tmp_path / "run.toml").write_text('dataset = "from-file"\n')
+    for flags in (["--dataset", "from-file"], ["--config", str(tmp_path / "run.toml")]):
+        assert main(["train", "--data-dir", str(tmp_path / "data"), "--print-config",
+                     *flags]) == 0
+        assert 'dataset = "from-file"' in capsys.readouterr().out
+    assert main(["train", "--data-dir", str(tmp_path / "data"), "--dataset", "elsewhere",
+                 "--print-config"]) == 2
+    assert "run `cvae data --from PATH --name elsewhere`" in capsys.readouterr().err
