@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import os
 import subprocess
 import sys
@@ -276,10 +277,10 @@ def test_skip_bad_leaves_out_and_lists_the_files_that_do_not_decode(tmp_path):
 
 
 def test_the_hash_names_the_content_not_the_run(sources, tmp_path):
-    hashes = [prepare(sources["digits"], name, tmp_path, **options)[1]["hash"]
+    hashes = [prepare(sources["digits"], name, tmp_path, **options)[1]["sha256"]
               for name, options in (("first", {}), ("again", {}), ("reseeded", {"seed": 1}))]
     assert hashes[0] == hashes[1] != hashes[2]
-    assert hashes[0].startswith("sha256:") and len(hashes[0]) == len("sha256:") + 64
+    assert re.fullmatch(r"[0-9a-f]{64}", hashes[0])
 
 
 def test_the_spec_round_trips_as_json_and_registers_once(sources, tmp_path):
@@ -343,8 +344,10 @@ def test_a_prepared_dataset_trains_and_its_checkpoint_carries_the_spec(own_run):
     stored = manager.restore(model.step, args=ocp.args.Composite(
         **{store.DATASET: ocp.args.JsonRestore()}))[store.DATASET]
     manager.close()
-    assert specs.DatasetSpec.from_dict(stored) == prepared.spec_of_manifest(
-        prepared.read_manifest(data_dir / "digits-run"))
+    manifest = prepared.read_manifest(data_dir / "digits-run")
+    assert specs.DatasetSpec.from_dict(stored) == prepared.spec_of_manifest(manifest)
+    record = store.read_record(run, model.step)
+    assert record["dataset"]["manifest_sha256"] == manifest["sha256"]
 
 
 def test_cvae_data_from_then_a_fresh_process_reads_the_model_without_the_data(own_run,

@@ -223,7 +223,7 @@ def prepare_own(source_path: str | os.PathLike, name: str, data_dir: str | os.Pa
     try:
         partial.mkdir()
         _write_images(source, layout, partial, progress=progress)
-        manifest["hash"] = prepared.content_hash(partial, source.class_names)
+        manifest["sha256"] = prepared.content_hash(partial, source.class_names)
         (partial / prepared.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         partial.rename(target)  # atomic; fails if another process prepared it meanwhile
     except BaseException:
@@ -250,5 +250,5 @@ def _report(manifest: dict, source: Source, target: Path, *, log: Log) -> None:
     if changes:
         log("; ".join(changes))
     log(f"prepared {target}: {counts['train']} train + {counts['test']} test images of "
-        f"{height}x{width}x{channels}; {manifest['hash']}")
+        f"{height}x{width}x{channels}; sha256 {manifest['sha256']}")
     log(f"train on it: cvae train --dataset {manifest['name']} --data-dir {target.parent}")

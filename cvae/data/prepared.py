@@ -6,8 +6,8 @@
   spec's `stored_shape`, as the built-in datasets' IDX files hold them;
 - `train_labels.npy`, `test_labels.npy`: int32[N], indices into the manifest's `class_names`;
 - `manifest.json`: where the images came from, the classes and their counts, the shape, the
-  split, the resizing and mode conversions, the files left out, and `hash`, the SHA-256 of the
-  four files and the class names.
+  split, the resizing and mode conversions, the files left out, and `sha256`, the SHA-256 of
+  the four files and the class names.
 
 .npy rather than IDX: it holds colour and label counts past 255, and a preallocated
 `np.lib.format.open_memmap` is written one image at a time. The manifest becomes the dataset's
@@ -42,14 +42,14 @@ def folder_of(data_dir: str | os.PathLike, name: str) -> Path:
 
 
 def content_hash(folder: Path, class_names: tuple[str, ...]) -> str:
-    """"sha256:<hex>" of the four files' bytes and the class names: the same images, labels
+    """The SHA-256 (hex) of the four files' bytes and the class names: the same images, labels
     and names give the same hash, wherever and whenever they were prepared."""
     digest = hashlib.sha256(json.dumps(list(class_names)).encode())
     for name in FILES.values():
         with open(folder / name, "rb") as f:
             while chunk := f.read(_HASH_CHUNK):
                 digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
+    return digest.hexdigest()
 
 
 def read_manifest(folder: Path) -> dict:
@@ -74,7 +74,7 @@ def spec_of_manifest(manifest: dict) -> specs.DatasetSpec:
     name = manifest["name"]
     return specs.DatasetSpec(name, name, name, height, width, channels,
                              tuple(manifest["class_names"]), source=None,
-                             content_hash=manifest["hash"])
+                             content_hash=manifest["sha256"])
 
 
 def register_prepared(data_dir: str | os.PathLike, name: str) -> specs.DatasetSpec | None:
@@ -94,9 +94,10 @@ def load_arrays(data_dir: str | os.PathLike, spec: specs.DatasetSpec, *, test: b
     images would not fit in memory (`cvae.data.memory`)."""
     folder = folder_of(data_dir, spec.name)
     manifest = read_manifest(folder)
-    if manifest["hash"] != spec.content_hash:
-        raise DataError(f"{folder}: holds dataset {spec.name!r} with hash {manifest['hash']}, "
-                        f"not the {spec.content_hash} this model was trained on")
+    if manifest["sha256"] != spec.content_hash:
+        raise DataError(f"{folder}: holds dataset {spec.name!r} with sha256 "
+                        f"{manifest['sha256']}, not the {spec.content_hash} this model was "
+                        f"trained on")
     counts = manifest["counts"]
     images = sum(counts["train"].values()) + (sum(counts["test"].values()) if test else 0)
     check_fits(images * spec.pixels, where=str(folder))

@@ -89,7 +89,7 @@ def dataset_hash(config: Config) -> str | None:
     """The dataset's manifest hash: a prepared dataset's own, else the sha256 its offline
     source is checked against, else None."""
     spec = config.spec
-    return getattr(spec, "manifest_sha256", None) or spec.source.sha256 or None
+    return spec.content_hash or (spec.source.sha256 if spec.source else "") or None
 
 
 def write_step_files(step_dir: Path, config: Config, record: dict[str, Any]) -> None:
