@@ -4,8 +4,8 @@ Model selection (the best checkpoint, early stopping, the NaN guard's evaluation
 the test set, or the test figures are no longer held out. MNIST's source carries its own
 validation set: the IDX training file holds the source's 50,000 training images followed by its
 10,000 validation images, so the validation set is the last `validation_size` images (1,000 by
-default; 10,000 is exactly the source's). Other datasets have no such split: their validation images are
-a fixed random choice keyed by the run's seed. The choice uses a counter-based hash
+default; 10,000 is exactly the source's). Other datasets have no such split: their validation
+images are a fixed random choice keyed by the run's seed. The choice uses a counter-based hash
 (splitmix64) in NumPy, so it depends on nothing but (seed, index, size): not on the JAX or
 NumPy version, nor on how batches are fed. No JAX here.
 
