@@ -3,9 +3,8 @@ on 8x8 RGB images of three named classes (cat, dog, bird), served by a real uvic
 `cvae sample --label`, and exported and verified (docs/service.md, docs/sampling.md,
 docs/export.md).
 
-The dataset exists only in this module's registry (as a user's own would after
-`specs.register`): its spec is added beside the built-in ones for the module's tests, and the
-server runs in a thread of this process so that it reads the same registry.
+The dataset is registered as a user's own (`specs.register`, no offline source): its
+checkpoints and export carry its spec, and the server runs in a thread of this process.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae import config as config_lib
 from cvae import limits, presets
 from cvae.cli import main
 from cvae.data import specs
@@ -29,8 +27,8 @@ from cvae.sampling.grid import grid_shape
 from servers import uvicorn_in_thread
 from service.app import create_app
 
-PETS = specs.DatasetSpec("pets", "Pets (synthetic)", "Pets", 8, 8, 3, ("cat", "dog", "bird"),
-                         specs.OfflineSource("npz", "none", "none"))
+PETS = specs.DatasetSpec("pets", "Pets (synthetic)", "pets", 8, 8, 3, ("cat", "dog", "bird"),
+                         None, content_hash="synthetic-pets-of-tests-named-classes")
 SHAPE = PETS.stored_shape  # (8, 8, 3)
 
 
@@ -54,11 +52,8 @@ def pet_picture(label: int, side: int = 32) -> bytes:
 
 @pytest.fixture(scope="module")
 def pets():
-    """PETS registered beside the built-in datasets for this module's tests."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(specs.SPECS, PETS.name, PETS)
-        patch.setitem(config_lib.CHOICES, "dataset", tuple(specs.SPECS))
-        yield PETS
+    """PETS registered as `cvae data --from` registers a dataset of one's own."""
+    return specs.register(PETS)
 
 
 @pytest.fixture(scope="module")
