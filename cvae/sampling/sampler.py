@@ -261,8 +261,7 @@ class Sampler:
         return self.config.spec.class_names
 
     def class_index(self, label: str | int) -> int:
-        """The index of class `label`, by name or index (`cvae.data.class_names`); its
-        UnknownLabel, listing the names, otherwise."""
+        """Class `label`, by name or index -> its index; else UnknownLabel listing the names."""
         return label_index(self.class_names, label)
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
