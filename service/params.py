@@ -28,7 +28,9 @@ from fastapi import Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      field_validator)
+from pydantic_core import PydanticCustomError
 
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
                          DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
@@ -61,10 +63,22 @@ PARAMETER_RULES = {
 
 # ---- parameters that mean the same on several routes -----------------------------------------
 
-Seed = Annotated[int | None, Field(ge=0, le=MAX_SEED,
-                                   description="omit for a random one (see X-Seed)")]
-Scale = Annotated[int, Field(ge=1, le=MAX_SCALE, description="integer upscale of each tile")]
-Pad = Annotated[int, Field(ge=0, le=MAX_PAD, description="px around every tile")]
+
+def _whole_number(value):
+    """An integer parameter as written: pydantic's lax mode would read '7.0' as 7, which the
+    schema (type integer) refuses, so clients that follow the schema would disagree."""
+    if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
+        raise PydanticCustomError("int_parsing", "Input should be a valid integer, unable to "
+                                                 "parse string as an integer")
+    return value
+
+
+Whole = Annotated[int, BeforeValidator(_whole_number)]
+
+Seed = Annotated[Whole | None, Field(ge=0, le=MAX_SEED,
+                                     description="omit for a random one (see X-Seed)")]
+Scale = Annotated[Whole, Field(ge=1, le=MAX_SCALE, description="integer upscale of each tile")]
+Pad = Annotated[Whole, Field(ge=0, le=MAX_PAD, description="px around every tile")]
 PrepareMode = Annotated[Literal["auto", "mnist", "fit", "none"], Field(
     description="mnist: fit the digit into 20x20, centre of mass at the centre of 28x28 (grey "
                 "models); fit: the whole picture cropped to the model's aspect ratio and "
@@ -82,12 +96,12 @@ class SampleParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
-                              description="0-9; omit: one row per digit")
+    digit: Whole | None = Field(None, ge=0, le=LARGEST_LABEL,
+                                description="0-9; omit: one row per digit")
     label: ClassName = None
-    n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
-    cols: int | None = Field(None, ge=1, le=MAX_N,
-                             description="default ceil(sqrt(n)); n without digit")
+    n: Whole = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
+    cols: Whole | None = Field(None, ge=1, le=MAX_N,
+                               description="default ceil(sqrt(n)); n without digit")
     seed: Seed = None
     temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
                                description="the sampling noise is N(0, t^2 I); the "
@@ -104,20 +118,20 @@ class InterpolateParams(BaseModel):
     walk: Literal["latent", "digits"] = Field(
         "latent", description="latent: from seed's sample to to_seed's, per digit; digits: "
                               "keep each z and decode it as every digit 0-9")
-    digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
-                              description="latent: 0-9, omit for a row per "
-                              "digit; digits: whose samples are kept (default 0)")
+    digit: Whole | None = Field(None, ge=0, le=LARGEST_LABEL,
+                                description="latent: 0-9, omit for a row per "
+                                "digit; digits: whose samples are kept (default 0)")
     label: ClassName = None
     seed: Seed = None
-    to_seed: int | None = Field(None, ge=0, le=MAX_SEED,
-                                description="latent walk's far end; default seed + 1")
-    steps: int = Field(DEFAULT_STEPS, ge=2, le=MAX_STEPS,
-                       description="latent walk: tiles per row, ends included")
-    n: int = Field(1, ge=1, le=MAX_N, description="digits walk: latents, one row each")
+    to_seed: Whole | None = Field(None, ge=0, le=MAX_SEED,
+                                  description="latent walk's far end; default seed + 1")
+    steps: Whole = Field(DEFAULT_STEPS, ge=2, le=MAX_STEPS,
+                         description="latent walk: tiles per row, ends included")
+    n: Whole = Field(1, ge=1, le=MAX_N, description="digits walk: latents, one row each")
     temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
                                description="z ~ N(0, t^2 I)")
-    cols: int | None = Field(None, ge=1, le=MAX_N,
-                             description="default: steps (latent), 10 (digits)")
+    cols: Whole | None = Field(None, ge=1, le=MAX_N,
+                               description="default: steps (latent), 10 (digits)")
     scale: Scale = DEFAULT_SCALE
     pad: Pad = DEFAULT_PAD
 
@@ -130,17 +144,17 @@ class TransferParams(BaseModel):
     label: str | None = Field(None, min_length=1, max_length=200,
                               description="the class the image shows, by name or index; "
                               "omit: the label with the best ELBO (see X-Label)")
-    digits: list[Annotated[int, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
+    digits: list[Annotated[Whole, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
         None, min_length=1, max_length=LARGEST_LABEL + 1, validate_default=True,
         description="labels to decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
-    samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
-                         "mean (one row); k: k posterior draws, one row each")
+    samples: Whole = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
+                           "mean (one row); k: k posterior draws, one row each")
     seed: Seed = None
     prepare: PrepareMode = "auto"
     show_input: bool = Field(False, description="start every row with the prepared 28x28 "
                                                 "input")
-    cols: int | None = Field(None, ge=1, le=MAX_N, description="default: one row per z "
-                             "(digits, plus 1 with show_input)")
+    cols: Whole | None = Field(None, ge=1, le=MAX_N, description="default: one row per z "
+                               "(digits, plus 1 with show_input)")
     scale: Scale = DEFAULT_SCALE
     pad: Pad = DEFAULT_PAD
 

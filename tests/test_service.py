@@ -54,6 +54,7 @@ def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05):
     ("n=0", "n", "1..1024"),
     ("n=100000", "n", "1..1024"),
     ("n=many", "n", "1..1024"),
+    ("n=4.0", "n", "1..1024"),  # the schema's integer as written, not pydantic's lax reading
     ("cols=0", "cols", "1..1024"),
     ("cols=1025", "cols", "1..1024"),
     ("seed=-1", "seed", f"0..{2**32 - 1}"),
