@@ -21,6 +21,7 @@ route does not take is a bad one too (`extra="forbid"`), so a typo such as `digi
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
@@ -28,8 +29,7 @@ from fastapi import Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
-                      field_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
@@ -64,21 +64,31 @@ PARAMETER_RULES = {
 # ---- parameters that mean the same on several routes -----------------------------------------
 
 
-def _whole_number(value):
-    """An integer parameter as written: pydantic's lax mode would read '7.0' as 7, which the
-    schema (type integer) refuses, so clients that follow the schema would disagree."""
-    if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
-        raise PydanticCustomError("int_parsing", "Input should be a valid integer, unable to "
-                                                 "parse string as an integer")
-    return value
+def _holds_int(annotation) -> bool:
+    """Whether a field's type is, or holds, int (`int | None`, `list[Annotated[int, ...]]`)."""
+    return annotation is int or any(map(_holds_int, typing.get_args(annotation)))
 
 
-Whole = Annotated[int, BeforeValidator(_whole_number)]
+class QueryModel(BaseModel):
+    """A route's query string, its integers as written. Pydantic's lax mode reads '7.0' as 7,
+    which the schema (type integer) refuses, so a client that follows the schema and this
+    service would disagree; such a value is refused as pydantic refuses 'seven'."""
 
-Seed = Annotated[Whole | None, Field(ge=0, le=MAX_SEED,
-                                     description="omit for a random one (see X-Seed)")]
-Scale = Annotated[Whole, Field(ge=1, le=MAX_SCALE, description="integer upscale of each tile")]
-Pad = Annotated[Whole, Field(ge=0, le=MAX_PAD, description="px around every tile")]
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_numbers(cls, value, info):
+        if _holds_int(cls.model_fields[info.field_name].annotation):
+            for item in value if isinstance(value, list) else (value,):
+                if isinstance(item, str) and not item.strip().lstrip("+-").isdigit():
+                    raise PydanticCustomError("int_parsing", "Input should be a valid "
+                                              "integer, unable to parse string as an integer")
+        return value
+
+
+Seed = Annotated[int | None, Field(ge=0, le=MAX_SEED,
+                                   description="omit for a random one (see X-Seed)")]
+Scale = Annotated[int, Field(ge=1, le=MAX_SCALE, description="integer upscale of each tile")]
+Pad = Annotated[int, Field(ge=0, le=MAX_PAD, description="px around every tile")]
 PrepareMode = Annotated[Literal["auto", "mnist", "fit", "none"], Field(
     description="mnist: fit the digit into 20x20, centre of mass at the centre of 28x28 (grey "
                 "models); fit: the whole picture cropped to the model's aspect ratio and "
@@ -91,17 +101,17 @@ ClassName = Annotated[str | None, Field(min_length=1, max_length=200, descriptio
     "its index"))]
 
 
-class SampleParams(BaseModel):
+class SampleParams(QueryModel):
     """`/sample`'s query parameters (also `/bench/plain`'s)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    digit: Whole | None = Field(None, ge=0, le=LARGEST_LABEL,
-                                description="0-9; omit: one row per digit")
+    digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
+                              description="0-9; omit: one row per digit")
     label: ClassName = None
-    n: Whole = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
-    cols: Whole | None = Field(None, ge=1, le=MAX_N,
-                               description="default ceil(sqrt(n)); n without digit")
+    n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
+    cols: int | None = Field(None, ge=1, le=MAX_N,
+                             description="default ceil(sqrt(n)); n without digit")
     seed: Seed = None
     temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
                                description="the sampling noise is N(0, t^2 I); the "
@@ -110,7 +120,7 @@ class SampleParams(BaseModel):
     pad: Pad = DEFAULT_PAD
 
 
-class InterpolateParams(BaseModel):
+class InterpolateParams(QueryModel):
     """`/interpolate`'s query parameters."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -118,25 +128,25 @@ class InterpolateParams(BaseModel):
     walk: Literal["latent", "digits"] = Field(
         "latent", description="latent: from seed's sample to to_seed's, per digit; digits: "
                               "keep each z and decode it as every digit 0-9")
-    digit: Whole | None = Field(None, ge=0, le=LARGEST_LABEL,
-                                description="latent: 0-9, omit for a row per "
-                                "digit; digits: whose samples are kept (default 0)")
+    digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
+                              description="latent: 0-9, omit for a row per "
+                              "digit; digits: whose samples are kept (default 0)")
     label: ClassName = None
     seed: Seed = None
-    to_seed: Whole | None = Field(None, ge=0, le=MAX_SEED,
-                                  description="latent walk's far end; default seed + 1")
-    steps: Whole = Field(DEFAULT_STEPS, ge=2, le=MAX_STEPS,
-                         description="latent walk: tiles per row, ends included")
-    n: Whole = Field(1, ge=1, le=MAX_N, description="digits walk: latents, one row each")
+    to_seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                                description="latent walk's far end; default seed + 1")
+    steps: int = Field(DEFAULT_STEPS, ge=2, le=MAX_STEPS,
+                       description="latent walk: tiles per row, ends included")
+    n: int = Field(1, ge=1, le=MAX_N, description="digits walk: latents, one row each")
     temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
                                description="z ~ N(0, t^2 I)")
-    cols: Whole | None = Field(None, ge=1, le=MAX_N,
-                               description="default: steps (latent), 10 (digits)")
+    cols: int | None = Field(None, ge=1, le=MAX_N,
+                             description="default: steps (latent), 10 (digits)")
     scale: Scale = DEFAULT_SCALE
     pad: Pad = DEFAULT_PAD
 
 
-class TransferParams(BaseModel):
+class TransferParams(QueryModel):
     """`/transfer`'s query parameters; `digits` is a tuple, 0-9 when omitted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -144,17 +154,17 @@ class TransferParams(BaseModel):
     label: str | None = Field(None, min_length=1, max_length=200,
                               description="the class the image shows, by name or index; "
                               "omit: the label with the best ELBO (see X-Label)")
-    digits: list[Annotated[Whole, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
+    digits: list[Annotated[int, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
         None, min_length=1, max_length=LARGEST_LABEL + 1, validate_default=True,
         description="labels to decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
-    samples: Whole = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
-                           "mean (one row); k: k posterior draws, one row each")
+    samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
+                         "mean (one row); k: k posterior draws, one row each")
     seed: Seed = None
     prepare: PrepareMode = "auto"
     show_input: bool = Field(False, description="start every row with the prepared 28x28 "
                                                 "input")
-    cols: Whole | None = Field(None, ge=1, le=MAX_N, description="default: one row per z "
-                               "(digits, plus 1 with show_input)")
+    cols: int | None = Field(None, ge=1, le=MAX_N, description="default: one row per z "
+                             "(digits, plus 1 with show_input)")
     scale: Scale = DEFAULT_SCALE
     pad: Pad = DEFAULT_PAD
 
