@@ -37,7 +37,7 @@ def test_the_front_matter_reads_as_a_hub_model_card(exported):
     assert data.eval_results is None  # the run had no eval.json: the card says so instead
     assert "eval.json did not exist at export; run `cvae eval" in text
     for heading in ("## Intended use and limitations", "## Training", "## Use it",
-                    "## What the export verified", "![one row per digit, seed 0](samples.png)"):
+                    "## What the export verified", "![one row per class, seed 0](samples.png)"):
         assert heading in text
     assert "`classify` is q(y|x)" in text
     # The run record of the exported step, in the manifest and, in short, in the card.
