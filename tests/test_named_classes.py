@@ -212,3 +212,13 @@ def test_the_page_lists_the_classes_and_draws_a_colour_model_in_the_browser(colo
     served = _to_uint8(sampler.decode(noise, labels), SHAPE).astype(int)
     drawn = np.asarray(last["pixels"], np.uint8).reshape(rows, *SHAPE).astype(int)
     assert np.abs(drawn - served).max() <= 1
+
+
+def test_a_reading_answers_for_a_model_of_a_thousand_classes():
+    """/classify's reply is bounded by no built-in dataset's ten classes (a 500 otherwise)."""
+    from service.routes.classify import Reading
+
+    names = [f"class {index}" for index in range(1000)]
+    reading = Reading(probabilities=[0.001] * 1000, label=999, name=names[999],
+                      class_names=names, step=1)
+    assert reading.model_dump()["label"] == 999 and len(reading.probabilities) == 1000

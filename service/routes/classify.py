@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.dependencies import ServedModel
-from service.params import LARGEST_LABEL, PrepareMode, prepare_mode
+from service.params import PrepareMode, prepare_mode
 from service.responses import BadParameters
 from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
 
@@ -27,11 +27,11 @@ from service.uploads import UPLOAD_BODY, UPLOAD_RESPONSES, read_digit
 class Reading(BaseModel):
     """200: the classifier's reading of the picture."""
 
-    probabilities: list[float] = Field(min_length=1, max_length=LARGEST_LABEL + 1,
+    probabilities: list[float] = Field(min_length=1,  # a model of any class count
                                        description="p(y|x) for each of the served model's "
                                                    "classes y (0..9 for MNIST): q(y|x), or "
                                                    "Bayes' rule on p(x|y); they sum to 1")
-    label: int = Field(ge=0, le=LARGEST_LABEL, description="the most probable class's index")
+    label: int = Field(ge=0, description="the most probable class's index")
     name: str = Field(description="the most probable class's name (its dataset's)")
     class_names: list[str] = Field(description="the classes' names, in the order of "
                                                "`probabilities`")
