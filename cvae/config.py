@@ -87,10 +87,8 @@ class Config:
         "samples", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
                    "aggregate posterior: wider samples), or its mean (tighter: more typical).")
     likelihood: Likelihood = setting(
-        "bernoulli", "p(x|z,y): Bernoulli (sigmoid cross-entropy, nats; for nearly binary grey "
-                     "images), the seed's Gaussian (summed half squared error of sigmoid "
-                     "means), or a discretised logistic over the 256 levels (grey-level and "
-                     "colour images; docs/model.md).")
+        "bernoulli", "p(x|z,y): Bernoulli (nearly binary grey images), the seed's Gaussian, or a "
+                     "discretised logistic over 256 levels (grey-level, colour; docs/model.md).")
     pixel_sharpness: float = setting(
         1.3, "Images are sigmoid(s * pixel logits): the Bernoulli decoder at temperature 1/s "
              "(1 = its means). Rendering only: training and the bounds never see it.")
