@@ -64,6 +64,7 @@ from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluat
 # seed`), both scored in the same `cvae eval` run: a model that learnt the data, not one that
 # blurs it.
 FD_RATIO_TARGET = 0.15
+MAX_CLASS_LINES = 20  # the table shows each class's figures up to this many classes
 
 
 class EvalCheckError(RuntimeError):
@@ -274,8 +275,11 @@ def summary_table(results: dict) -> str:
                   *(f"  {name:<14}{samples[key]:>10.4f}{real[key]:>11.4f}"
                     for name, key in (("precision", "precision"), ("recall", "recall"),
                                       ("coverage", "coverage"), ("grey pixels", "grey_share")))]
-        for digit in range(len(samples["accuracy_per_digit"])):
-            lines.append(f"  {'  digit ' + str(digit):<14}"
+        classes = len(samples["accuracy_per_digit"])
+        if classes > MAX_CLASS_LINES:
+            lines.append(f"  per class ({classes} classes): in the JSON")
+        for digit in range(classes if classes <= MAX_CLASS_LINES else 0):
+            lines.append(f"  {'  class ' + str(digit):<14}"
                          f"{samples['accuracy_per_digit'][digit]:>10.4f}"
                          f"{real['accuracy_per_digit'][digit]:>11.4f}"
                          f"   FD {samples['fd_per_digit'][digit]:>7.2f}"
