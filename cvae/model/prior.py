@@ -17,8 +17,8 @@ A truncation (`Config.truncation`, a quantile q < 1) then pulls a noise vector l
 N(0, I)'s q-quantile radius in onto that radius, after the component is chosen: the samples that
 a classifier reads as another digit sit mostly in the components' tails (docs/model.md).
 
-Parameters, in the flax variable collection "prior" as variable "mixture": weights f32[10, C],
-means f32[10, C, L], scale_tril f32[10, C, L, L].
+Parameters, in the flax variable collection "prior" as variable "mixture": weights f32[K, C] (K
+the dataset's classes), means f32[K, C, L], scale_tril f32[K, C, L, L].
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def log_density_batched(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Arr
 
 def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
                   batch_size: int = 1000, binarized: bool = True):
-    """`fit_fn(variables, images_u8 u8[N, 784], table, mask, key) -> prior` for a model whose
-    `encode_fn(variables, images f32[B, 784], labels) -> (mean, logvar)`.
+    """`fit_fn(variables, images_u8 u8[N, P], table, mask, key) -> prior` for a model whose
+    `encode_fn(variables, images f32[B, P], labels) -> (mean, logvar)`, P = H * W * C.
 
     One code per training image, from a binarised copy of it (the encoder is trained on
     binarised digits): with codes="samples" a draw z ~ q(z | x, y), so the mixture fits the
