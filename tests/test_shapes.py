@@ -6,6 +6,8 @@ refuses a side it cannot halve twice, naming the sides it takes."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -13,9 +15,9 @@ from shaped_data import register, shaped_dataset, shaped_spec
 
 from cvae import presets
 from cvae.errors import ConfigError
-from cvae.evaluation import iwae
-from cvae.model.densities import bits_per_dim
+from cvae.evaluation.run import EvalOptions, elbo_metrics, iwae_metrics
 from cvae.model.registry import create_model, init_variables
+from cvae.model.store import TrainedModel
 from cvae.sampling.sampler import create_decode_fn
 from cvae.training.callbacks import NanGuard
 from cvae.training.loop import train_and_evaluate
@@ -58,16 +60,19 @@ def test_a_model_shaped_by_its_dataset_trains_samples_and_scores(name, monkeypat
     assert samples.shape == (3, *spec.stored_shape)
     assert np.all((samples >= 0) & (samples <= 1))
 
+    # Scored as `cvae eval` scores a checkpoint: its ELBO terms and IWAE bounds, in nats and
+    # bits per dimension (the marginal's built-in check raises if it fails).
+    checkpoint = TrainedModel(run.step, config, variables, metrics={}, labelled={})
     images, test_labels = data.test_images[:4], data.test_labels[:4]
-    bounds = iwae.test_set_bounds(model, variables, images_u8=images, labels=test_labels,
-                                  key=jax.random.key(1), num_samples=2, marginal_samples=1,
-                                  batch_size=4)
-    assert bounds["log_px"].shape == (4,) and bounds["label_bounds"].shape == (
-        4, spec.num_classes)
-    assert iwae.check_marginal(bounds["log_px_given_y"], bounds["log_px_given_label"],
-                               bounds["log_px"])["ok"]
-    bits = bits_per_dim(-bounds["log_px_given_y"], spec.pixels)
-    assert np.all(np.isfinite(bits)) and np.all(bits > 0)
+    elbo = elbo_metrics(checkpoint, images, test_labels)
+    bound = iwae_metrics(checkpoint, images, test_labels,
+                         options=EvalOptions(iwae_k=2, iwae_k_marginal=1, iwae_chunk=2))["iwae"]
+    assert bound["marginal_check"]["ok"]
+    assert len(bound["bayes_rule"]["error_per_digit"]) == spec.num_classes
+    for nats, bits in ((elbo["neg_elbo"], elbo["bits_per_dim"]),
+                       (bound["nll_conditional"], bound["bits_per_dim_conditional"]),
+                       (bound["nll_marginal"], bound["bits_per_dim_marginal"])):
+        assert np.isfinite(nats) and bits == nats / (spec.pixels * math.log(2.0)) > 0
 
 
 @pytest.mark.parametrize("family", [{}, LADDER], ids=["cvae", "ladder"])
