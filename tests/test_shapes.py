@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from shaped_data import register, shaped_dataset, shaped_spec
+from shaped_data import register, shaped_dataset, shaped_images, shaped_spec
 
 from cvae import presets
 from cvae.errors import ConfigError
@@ -25,9 +26,11 @@ from cvae.training.loop import train_and_evaluate
 LADDER = {"model": "ladder", "stochastic_layers": 2, "upper_latent_dim": 2}
 CONV = {"architecture": "conv", "hidden_sizes": (16,)}
 
-# (height, width, channels, classes), config changes: together they cover both families, both
-# architectures, BatchNorm and dropout, every prior, every objective, M2 and every likelihood
-# (three cases, not their product: each costs a few CPU-seconds of compilation).
+# (height, width, channels, classes), config changes: together they cover both families,
+# BatchNorm and dropout, every prior, every objective, M2 and both likelihoods of the data:
+# three cases, not their product, as each costs seconds of compilation. The conv stack (whose
+# training costs 15 CPU-seconds more a case) is shaped below, and trains in
+# tests/test_model_combinations.py.
 CASES = {
     "grey-6x10-1000-cvae-mlp-mixture-batch-norm-dropout": (
         (6, 10, 1, 1000), {"prior": "mixture", "batch_norm": True, "dropout_rate": 0.2}),
@@ -35,8 +38,8 @@ CASES = {
         (12, 12, 3, 3), {"likelihood": "logistic", "prior": "learned_mixture",
                          "prior_components": 2, "labels": "6", "labelled_per_batch": 4,
                          "objective": "iwae", "importance_samples": 2}),
-    "rgb-12x16-2-ladder-conv-logistic-vamp-dreg": (
-        (12, 16, 3, 2), {**LADDER, **CONV, "likelihood": "logistic", "prior": "vamp",
+    "rgb-12x16-2-ladder-mlp-logistic-vamp-dreg": (
+        (12, 16, 3, 2), {**LADDER, "likelihood": "logistic", "prior": "vamp",
                          "pseudo_inputs": 2, "objective": "dreg", "importance_samples": 2}),
 }
 
@@ -73,6 +76,24 @@ def test_a_model_shaped_by_its_dataset_trains_samples_and_scores(name, monkeypat
                        (bound["nll_conditional"], bound["bits_per_dim_conditional"]),
                        (bound["nll_marginal"], bound["bits_per_dim_marginal"])):
         assert np.isfinite(nats) and bits == nats / (spec.pixels * math.log(2.0)) > 0
+
+
+def test_a_conv_stack_takes_any_sides_it_can_halve_channels_and_likelihood(monkeypatch):
+    """One family: both build their head with `layers.pixel_logits`. (Building a conv model
+    costs about 6 CPU-seconds, most of it in its initialisation.)"""
+    spec = register(monkeypatch, shaped_spec("wide", 12, 16, 3, 2))
+    config = presets.test().replace(dataset="wide", likelihood="logistic", **CONV).validate()
+    model = create_model(config)
+    variables = init_variables(model, jax.random.key(0))
+    images = jnp.asarray(shaped_images(spec, np.array([0, 1])).reshape(2, -1) / 255.0,
+                         jnp.float32)
+    labels = jnp.array([0, 1], jnp.int32)
+    noise = jax.random.normal(jax.random.key(1), (2, model.noise_dim))
+    outputs, terms = jax.jit(lambda v: (
+        model.apply(v, noise, labels, method="generate"),
+        model.apply(v, images, labels, noise[None], method="terms")))(variables)
+    assert outputs.shape == (2, 2 * spec.pixels)  # a mean and a log-scale a value
+    assert terms.log_px.shape == (1, 2) and np.all(np.isfinite(terms.log_px))
 
 
 @pytest.mark.parametrize("family", [{}, LADDER], ids=["cvae", "ladder"])
