@@ -80,7 +80,7 @@ def test_a_model_shaped_by_its_dataset_trains_samples_and_scores(name, monkeypat
 
 def test_a_conv_stack_takes_any_sides_it_can_halve_channels_and_likelihood(monkeypatch):
     """One family: both build their head with `layers.pixel_logits`. (Building a conv model
-    costs about 6 CPU-seconds, most of it in its initialisation.)"""
+    costs several CPU-seconds, most of it in its initialisation.)"""
     spec = register(monkeypatch, shaped_spec("wide", 12, 16, 3, 2))
     config = presets.test().replace(dataset="wide", likelihood="logistic", **CONV).validate()
     model = create_model(config)
