@@ -1,11 +1,12 @@
-# The sampling service as a container: `cvae serve` with one worker per core, reading the
-# checkpoint directory mounted at /checkpoints (read-only is enough: the service never writes
-# there). Several replicas may mount the same directory; each moves to the newest step within
-# its poll interval. Build and run (not run on the project's machine, which has no Docker
-# engine; see docs/service-deployment.md):
+# The sampling service as a container: `cvae serve` with one worker per core, serving a folder
+# of `cvae export` baked into the image at /model (docs/service-deployment.md walks through
+# building, running, scaling and rolling it). Mount another export over /model to serve it
+# without a rebuild; the service only reads there, so read-only is enough.
 #
-#   docker build -t cvae-serve .
-#   docker run -p 8000:8000 -v "$PWD/checkpoints:/checkpoints:ro" cvae-serve
+#   cvae export --out exported
+#   docker build -t cvae-serve:1 .                        # EXPORT=another-folder to bake that one
+#   docker run --rm -p 8000:8000 cvae-serve:1
+#   docker run --rm -p 8000:8000 -v "$PWD/exported-2:/model:ro" cvae-serve:1
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
@@ -13,14 +14,17 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY cvae ./cvae
 COPY service ./service
-RUN pip install . && useradd --system --no-create-home cvae
-USER cvae
+# A fixed uid, so a Kubernetes pod can name it (runAsUser, fsGroup: deploy/kubernetes.yaml).
+RUN pip install . && useradd --system --uid 10001 --no-create-home cvae
+ARG EXPORT=exported
+COPY --chown=10001 ${EXPORT} /model
+USER 10001
 
 EXPOSE 8000
-# /healthz: the process answers; /readyz: a checkpoint is loaded and compiled.
+# /healthz: the process answers; /readyz: the model is loaded and compiled.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s \
     CMD python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"
 # SIGTERM (docker stop, Kubernetes) drains in-flight requests and exits 0.
 STOPSIGNAL SIGTERM
 CMD ["cvae", "serve", "--host", "0.0.0.0", "--port", "8000", "--workers", "auto", \
-     "--checkpoint-dir", "/checkpoints", "--no-access-log"]
+     "--checkpoint-dir", "/model", "--no-access-log"]

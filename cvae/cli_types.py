@@ -1,5 +1,5 @@
 """argparse value types of the `cvae` command: a number checked against its range, naming the
-range when it is out of it; and the one flag that `cvae sample`, `cvae serve` and `cvae export`
+range when it is out of it; and the flags that `cvae sample`, `eval`, `serve` and `export`
 share. Standard library only, so `--help` stays instant."""
 
 from __future__ import annotations
@@ -34,3 +34,29 @@ def add_truncation_flag(parser: argparse.ArgumentParser) -> None:
                         help="pull each sample's noise in onto the radius that a share Q of "
                              "N(0, I)'s draws lie within, instead of the run's own truncation "
                              "(1 = none; default: the run's, 0.75 for `make train`)")
+
+
+STEP_WORDS = ("latest", "best")
+
+
+def step_choice(text: str) -> int | str:
+    """argparse type for --step: `latest`, `best` or a step number (`store.StepChoice`)."""
+    if text in STEP_WORDS:
+        return text
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number, latest or best")
+    return int(text)
+
+
+def add_step_flag(parser: argparse.ArgumentParser, *, served: bool = False) -> None:
+    """--step N|best|latest: which checkpoint step to read; `served`: how the service follows
+    new steps under each choice."""
+    if served:
+        text = ("which step to serve: N (that step, never rolled forward), best (the lowest "
+                "validation loss, moving to a new best as it lands) or latest (the newest, "
+                "moving to each new step; default)")
+    else:
+        text = ("which checkpoint step: N, best (the lowest validation loss, as training keeps "
+                "it) or latest (the newest; default)")
+    parser.add_argument("--step", type=step_choice, default="latest", metavar="N|best|latest",
+                        help=text + "; a missing N is refused, listing the steps there")

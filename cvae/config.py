@@ -13,7 +13,7 @@ import json
 import typing
 from typing import Any, Literal
 
-from cvae.data.specs import SPECS, DatasetSpec, spec_of
+from cvae.data import specs
 from cvae.errors import ConfigError
 from cvae.model import registry
 from cvae.limits import MAX_SEED
@@ -47,8 +47,8 @@ class Config:
     """Everything that defines a run. Field names are the `cvae train` flags (with dashes)."""
 
     # Data.
-    dataset: str = setting("mnist", "Which dataset to train on (its shape and classes: "
-                                 "cvae.data.specs).")
+    dataset: str = setting("mnist", "Which dataset to train on: mnist, fashion_mnist, or one "
+                                 "prepared by `cvae data --from PATH --name NAME`.")
     data_source: DataSource = setting(
         "idx", "Read the IDX files directly, or through torchvision.datasets (the torch extra).")
     train_limit: int = setting(0, "Train on the first N training examples only (0 = all; for "
@@ -193,6 +193,8 @@ class Config:
             if getattr(self, name) not in CHOICES[name]:
                 raise ConfigError(f"{name}={getattr(self, name)!r}: "
                                   f"allowed {', '.join(CHOICES[name])}")
+        if self.dataset not in specs.known_names():
+            raise ConfigError(f"dataset={specs.not_prepared(self.dataset)}")
         positive_ints = ("latent_dim", "batch_size", "steps_per_call", "eval_batch_size",
                          "eval_every", "prior_components", "accumulation_steps",
                          "keep_checkpoints", "epochs", "importance_samples", "pseudo_inputs",
@@ -265,9 +267,9 @@ class Config:
                               f"[1, batch_size - 1 = {self.batch_size - 1}]")
 
     @property
-    def spec(self) -> DatasetSpec:
+    def spec(self) -> specs.DatasetSpec:
         """The dataset's spec: its image shape, class count and names (`cvae.data.specs`)."""
-        return spec_of(self.dataset)
+        return specs.spec_of(self.dataset)
 
     @property
     def labelled_count(self) -> int | None:
@@ -320,11 +322,10 @@ class Config:
 
 
 HINTS = typing.get_type_hints(Config)
-# Field name -> allowed values, for every field typed as a Literal, and the datasets: those the
-# registry holds (each preparable offline), so that a dataset is added in one place.
+# Field name -> allowed values, for every field typed as a Literal. `dataset` is not among
+# them: a prepared dataset of one's own is registered at run time (`cvae.data.specs.register`).
 CHOICES: dict[str, tuple[str, ...]] = {name: typing.get_args(hint) for name, hint in HINTS.items()
                                        if typing.get_origin(hint) is Literal}
-CHOICES["dataset"] = tuple(SPECS)
 
 
 def field_doc(name: str) -> str:

@@ -17,6 +17,14 @@ class CheckpointError(RuntimeError):
     """No usable checkpoint; the message says where we looked and what to do."""
 
 
+class StepNotFound(CheckpointError):
+    """`--step N` names a step the directory does not hold; the message lists those it does."""
+
+    def __init__(self, directory, step: int, steps):
+        there = ", ".join(map(str, sorted(steps))) or "none"
+        super().__init__(f"no step {step} in {directory} (steps there: {there})")
+
+
 class ResumeError(RuntimeError):
     """The checkpoint directory holds a run that the requested config cannot continue."""
 

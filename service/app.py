@@ -1,6 +1,7 @@
 """The FastAPI sampling service: `GET /sample` draws PNG digit grids from the latest checkpoint;
 `POST /transfer` writes an uploaded digit's hand as every digit; `GET /interpolate` walks the
-latent space; `POST /classify` reads an uploaded digit with a few-label model's classifier.
+latent space; `POST /classify` reads an uploaded digit (q(y|x) for a few-label model, Bayes'
+rule on p(x|y) for any other).
 
 Synopsis:
 
@@ -45,7 +46,8 @@ ROUTERS = (sampling.router, transfer.router, classify.router, operations.router,
 def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                max_batch_rows: int = 4096, max_pending_rows: int = 40960,
                request_timeout: float = 30.0, cache_max_age: int = 600,
-               request_ids: bool = False, truncation: float | None = None) -> FastAPI:
+               request_ids: bool = False, truncation: float | None = None,
+               step: int | str = "latest") -> FastAPI:
     """The service for `checkpoint_dir` (see the module docstring).
 
     max_batch_rows: latent rows per decode call; max_pending_rows: rows waiting or decoding
@@ -53,13 +55,15 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
     browsers and CDNs may keep a seeded picture before revalidating it; request_ids: give each
     request an id, returned as X-Request-ID and logged with its lines (service/logs.py);
     truncation: draw every step's samples at this quantile instead of its own (`cvae serve
-    --truncation`).
+    --truncation`); step: which step to serve, a number, "best" or "latest" (`cvae serve
+    --step`, service/checkpoints.py).
     """
     metrics = Metrics()
     lifespan = functools.partial(serve_checkpoints, checkpoint_dir=checkpoint_dir,
                                  poll_interval=poll_interval, max_batch_rows=max_batch_rows,
                                  max_pending_rows=max_pending_rows,
-                                 request_timeout=request_timeout, truncation=truncation)
+                                 request_timeout=request_timeout, truncation=truncation,
+                                 step=step)
     app = FastAPI(title="cvae sampling service", lifespan=lifespan,
                   description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
                   # /docs and /redoc from local files (service/routes/api_docs.py), not a CDN
@@ -82,11 +86,12 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
 @contextlib.asynccontextmanager
 async def serve_checkpoints(app: FastAPI, *, checkpoint_dir: str | Path, poll_interval: float,
                             max_batch_rows: int, max_pending_rows: int, request_timeout: float,
-                            truncation: float | None):
-    """The lifespan: load and compile the newest checkpoint, then serve it (and newer ones)."""
+                            truncation: float | None, step: int | str):
+    """The lifespan: load and compile the chosen checkpoint, then serve it (and the ones that
+    replace it)."""
     metrics: Metrics = app.state.metrics
     watcher = CheckpointWatcher(checkpoint_dir, poll_interval, on_load=metrics.observe_load,
-                                truncation=truncation)
+                                truncation=truncation, step=step)
     await asyncio.to_thread(watcher.refresh)  # load + compile before accepting requests
     # Everything allocated so far (JAX, the frameworks, the model) is moved out of the garbage
     # collector's reach while serving: a full collection walks every tracked object and held

@@ -1,7 +1,10 @@
 """Which checkpoint a service process serves, and moving to newer ones as they appear.
 
 A `CheckpointWatcher` thread polls the checkpoint directory every `poll_interval` seconds (or
-when woken, e.g. on SIGHUP) and swaps in the newest readable step. The served model is one
+when woken, e.g. on SIGHUP) and swaps in the step that `cvae serve --step` chooses: the newest
+readable one (`latest`), the one with the lowest validation loss as the writer ranks them
+(`best`, re-ranked whenever the step folders change), or one fixed step (never rolled
+forward). The served model is one
 immutable `Loaded` object behind a reference, so a swap is atomic and a request keeps the
 weights it started with. Every process (worker or replica) runs its own watcher over the same
 directory, so all of them converge on the newest step within one poll interval, with no
@@ -21,17 +24,21 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import jax
 import numpy as np
 
-from cvae.errors import CheckpointError
+from cvae.errors import CheckpointError, StepNotFound
+from cvae.export.command import step_folders
 from cvae.export.load import exported_step, open_sampler
 from cvae.export.manifest import MANIFEST, is_export
 from cvae.sampling.blocks import ROW_BY_ROW
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents
+
+if TYPE_CHECKING:
+    from cvae.model.store import StepChoice  # Orbax: imported at run time only when ranking
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +75,8 @@ def list_steps(directory: Path) -> list[int]:
     """Committed step folders, newest first (Orbax names temporary folders non-numerically);
     an exported folder's one step (cvae/export/)."""
     try:
-        if is_export(directory):
-            return [exported_step(directory)]
-        return sorted((int(p.name) for p in directory.iterdir()
-                       if p.name.isdigit() and p.is_dir()), reverse=True)
-    except (OSError, CheckpointError):  # missing, vanished while listing, or no manifest
+        return [exported_step(directory)] if is_export(directory) else step_folders(directory)
+    except (OSError, CheckpointError):  # vanished while listing, or no manifest
         return []
 
 
@@ -130,11 +134,15 @@ class CheckpointWatcher:
     """Holds the served `Loaded` model and replaces it when a newer step becomes readable."""
 
     def __init__(self, directory: str | Path, poll_interval: float = 2.0,
-                 on_load: StepHook | None = None, truncation: float | None = None):
+                 on_load: StepHook | None = None, truncation: float | None = None,
+                 step: StepChoice = "latest"):
         self.directory = Path(directory).absolute()
         self.poll_interval, self.on_load = poll_interval, on_load
         self.truncation = truncation  # every step drawn at this, not its own (None: its own)
+        self.step = step  # which step to serve: a number, "best" or "latest"
         self.current: Loaded | None = None
+        self._ranked: tuple[tuple, int | None, str | None] = ((), None, None)  # best_of's cache
+        self._unwanted: str | None = None  # why no step is chosen, when none is
         self.note: str | None = None  # why not ready, or which newer step was skipped
         self.failed: dict[tuple[int, int], str] = {}  # (step, mtime_ns) -> reason
         self._wake = threading.Event()
@@ -142,16 +150,20 @@ class CheckpointWatcher:
         self._thread = threading.Thread(target=self._poll, name="cvae-checkpoints", daemon=True)
 
     def refresh(self) -> None:
-        """Load the newest readable step if it is not the one served (poller thread).
+        """Load the chosen step if it is not the one served (poller thread).
 
-        Normally that means a step newer than the served one; when the served step's folder
-        vanished or was rewritten (`cvae train --fresh` sets old runs aside), any step will do.
+        For `latest`, that means the newest readable step newer than the served one; when the
+        served step's folder vanished or was rewritten (`cvae train --fresh` sets old runs
+        aside), any step will do. For `best` or a step number, the one step chosen.
         """
         steps = list_steps(self.directory)
         current = self.current
         unchanged = (current is not None
                      and _mtime_ns(step_path(self.directory, current.step)) == current.mtime_ns)
-        candidates = [s for s in steps if s > current.step] if unchanged else steps
+        candidates = self.chosen(steps)
+        if unchanged:
+            candidates = [s for s in candidates
+                          if (s > current.step if self.step == "latest" else s != current.step)]
         skipped = []
         for step in candidates:
             reason = self._try_load(step)
@@ -159,6 +171,37 @@ class CheckpointWatcher:
                 break
             skipped.append(f"step {step}: {reason}")
         self._update_note(skipped)
+
+    def chosen(self, steps: list[int]) -> list[int]:
+        """The steps `self.step` allows, in order of preference (`steps`: newest first)."""
+        if self.step == "latest":
+            return steps
+        chosen = self.best_of(steps) if self.step == "best" else self.step
+        self._unwanted = (None if chosen in steps or not steps else
+                          self._ranked[2] if chosen is None else
+                          str(StepNotFound(self.directory, chosen, steps)))
+        return [chosen] if chosen in steps else []
+
+    def best_of(self, steps: list[int]) -> int | None:
+        """The best step, ranked by Orbax as the writer ranks them (`cvae.model.store`); ranked
+        again only when the step folders change, since it reads every step's metrics."""
+        key = tuple((s, _mtime_ns(step_path(self.directory, s))) for s in steps)
+        if key != self._ranked[0]:
+            best, why = None, None
+            if is_export(self.directory):
+                best = steps[0] if steps else None  # its one step is its best
+            elif steps:
+                from cvae.model import store  # Orbax: imported when first needed
+
+                manager = store.open_read_only(self.directory, ranked=True)
+                try:
+                    best = store.best_step(manager)
+                except Exception as error:  # a step vanishing mid-read must not stop the poll
+                    why = str(error).splitlines()[0] if str(error) else type(error).__name__
+                finally:
+                    manager.close()
+            self._ranked = (key, best, why)
+        return self._ranked[1]
 
     def _try_load(self, step: int) -> str | None:
         """Loads and swaps in `step`; returns None, or why it could not."""
@@ -187,14 +230,16 @@ class CheckpointWatcher:
             self.on_load(outcome, step)
 
     def _update_note(self, skipped: list[str]) -> None:
-        if self.current is None:
+        if self.current is None and self._unwanted and not skipped:
+            self.note = f"--step {self.step}: {self._unwanted}"
+        elif self.current is None:
             where = (f"no checkpoint in {self.directory}" if not skipped
                      else f"no readable checkpoint in {self.directory} ({'; '.join(skipped)})")
             self.note = (f"{where}: run `make train` (or `cvae train --checkpoint-dir "
                          f"{self.directory}`); the service picks it up when it appears")
         elif skipped:
-            self.note = (f"serving step {self.current.step}: newer checkpoint(s) could not be "
-                         f"read ({'; '.join(skipped)})")
+            self.note = (f"serving step {self.current.step}: the chosen checkpoint(s) could not "
+                         f"be read ({'; '.join(skipped)})")
         else:
             self.note = None
 

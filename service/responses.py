@@ -56,6 +56,9 @@ class NotReady(Unavailable):
 class Ready(BaseModel):
     status: Literal["ready"]
     step: int = Field(description="the checkpoint step this worker serves")
+    chosen_by: str = Field(description="`cvae serve --step`: latest (the newest step, followed), "
+                                       "best (the lowest validation loss, followed) or the "
+                                       "step number")
     pid: int = Field(description="the worker process that answered")
     checkpoint_dir: str
     fingerprint: str = Field(description="sha256 of the served weights (with the JAX version "

@@ -14,9 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("data", "model", "sampling", "training", "evaluation")
 # Each package's level: a package may import its own level and those below, never above.
-LEVELS = {"config": 0, "presets": 0, "errors": 0, "limits": 0, "cli_help": 0, "cli_types": 0,
-          "data": 1, "model": 2, "sampling": 3, "training": 4, "evaluation": 5, "export": 6,
-          "service": 7, "cli": 8}
+LEVELS = {"config": 0, "config_toml": 0, "presets": 0, "errors": 0, "limits": 0, "cli_help": 0,
+          "cli_types": 0, "data": 1, "model": 2, "sampling": 3, "training": 4, "evaluation": 5,
+          "export": 6, "service": 7, "cli": 8, "cli_train": 8}
 
 
 def module_paths() -> dict[str, Path]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from cvae import config as config_lib
 from cvae.data import specs
 from cvae.data.load import Dataset
 
@@ -18,14 +17,14 @@ def shaped_spec(name: str, height: int, width: int, channels: int,
                 classes: int) -> specs.DatasetSpec:
     """A spec of the given shape and `classes` classes named c0, c1, ..."""
     return specs.DatasetSpec(name, name, name, height, width, channels,
-                             tuple(f"c{i}" for i in range(classes)), specs.MNIST.source)
+                             tuple(f"c{i}" for i in range(classes)), source=None)
 
 
 def register(monkeypatch, spec: specs.DatasetSpec) -> specs.DatasetSpec:
-    """Make `spec` a dataset the config and `spec_of` know, for this test only."""
-    monkeypatch.setitem(specs.SPECS, spec.name, spec)
-    monkeypatch.setitem(config_lib.CHOICES, "dataset", tuple(specs.SPECS))
-    return spec
+    """Make `spec` a dataset the config and `spec_of` know (`specs.register`), for this test
+    only: the process's registry is a fresh one until the test ends."""
+    monkeypatch.setattr(specs, "_REGISTERED", {})
+    return specs.register(spec)
 
 
 def shaped_images(spec: specs.DatasetSpec, labels: np.ndarray, seed: int = 0) -> np.ndarray:

@@ -204,6 +204,13 @@ def test_every_command_help_has_a_description_and_an_example(name):
     assert max(map(len, text.splitlines())) <= 100  # fits a terminal without odd wrapping
 
 
+def test_serve_help_says_classify_reads_a_digit_with_every_model():
+    """Not only a few-label model's: the route reads by Bayes' rule without a classifier."""
+    text = " ".join(subcommands()["serve"].format_help().split())
+    assert "POST /classify reads an uploaded digit with any model" in text
+    assert "q(y|x) when trained with --labels N, otherwise by Bayes' rule" in text
+
+
 def test_train_help_explains_every_flag_with_its_field_doc():
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     actions = {a.dest: a for a in train._actions}

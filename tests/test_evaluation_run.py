@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import jax
 import numpy as np
 import pytest
 from PIL import Image
@@ -12,6 +13,7 @@ from PIL import Image
 from cvae.evaluation import reports
 from cvae.evaluation.fidelity import label_counts_like
 from cvae.cli import main
+from cvae.model.store import read_record
 from cvae.sampling.grid import grid_shape
 from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx
 
@@ -28,6 +30,9 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     assert "-log p(x|y), IWAE K=8" in table and "Fréchet" in table
     results = json.loads(out.read_text())
     assert results["step"] == trained_run.steps[-1]
+    # The run record of the step scored (cvae/training/record.py) comes along.
+    assert results["record"] == read_record(trained_run.directory, trained_run.steps[-1])
+    assert results["record"]["versions"]["jax"] == jax.__version__
     bound = results["iwae"]
     assert bound["k"] == 8 and bound["marginal_check"]["ok"]
     assert bound["nll_marginal"] <= bound["nll_conditional"] + np.log(10) + 1e-3

@@ -18,6 +18,7 @@ from huggingface_hub import ModelCard
 
 from cvae import presets
 from cvae.export.card import eval_metrics, train_command
+from cvae.model.store import read_record
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +31,7 @@ def test_the_front_matter_reads_as_a_hub_model_card(exported):
     text = (exported("few-labels") / "README.md").read_text()
     data = ModelCard(text).data
     assert data.library_name == "cvae"
+    assert data.license == "apache-2.0"  # the project's LICENSE, as the Hub spells it
     assert {"jax", "flax", "onnx", "safetensors", "stablehlo"} <= set(data.tags)
     assert data.datasets == ["ylecun/mnist"]
     assert data.eval_results is None  # the run had no eval.json: the card says so instead
@@ -38,6 +40,10 @@ def test_the_front_matter_reads_as_a_hub_model_card(exported):
                     "## What the export verified", "![one row per digit, seed 0](samples.png)"):
         assert heading in text
     assert "`classify` is q(y|x)" in text
+    # The run record of the exported step, in the manifest and, in short, in the card.
+    manifest = json.loads((exported("few-labels") / "manifest.json").read_text())
+    assert manifest["record"] == read_record(manifest["checkpoint_dir"], manifest["step"])
+    assert f"jax {manifest['record']['versions']['jax']}" in text.split("## Run record")[1]
 
 
 def test_the_metrics_of_cvae_eval_go_into_model_index(export_runs, data_dir, tmp_path):

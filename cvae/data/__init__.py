@@ -1,1 +1,2 @@
-"""Data: the MNIST files, their preparation and loading, splits, synthetic digits, uploaded digits."""
+"""Data: dataset specs; the built-in datasets' files and one's own images, prepared and loaded;
+splits, synthetic digits, uploaded digits."""

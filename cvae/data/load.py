@@ -1,4 +1,5 @@
-"""Loading a labelled MNIST-family dataset into memory, from IDX files or torchvision.
+"""Loading a labelled dataset into memory: a built-in one from IDX files or torchvision, one's
+own from its prepared files (`cvae.data.prepared`).
 
 `load_dataset` finds the four standard IDX files (`cvae.data.idx`) under `data/<Folder>/raw/` -- the
 layout `torchvision.datasets` reads, written by `cvae.data.prepare` -- or reads the same folders
@@ -19,6 +20,7 @@ from cvae.config import CHOICES
 from cvae.errors import DataError
 from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
+from cvae.data.prepared import load_arrays
 from cvae.data.specs import DatasetSpec, spec_of
 
 _ERROR_HINT = "run `cvae data` (or `make train`)"
@@ -119,17 +121,25 @@ def load_dataset(
 ) -> Dataset:
     """Loads dataset `name` from `data_dir`.
 
-    name: a registered dataset (`cvae.data.specs.SPECS`). source "idx" reads the four IDX files
-    (plain or .gz) from `data_dir/<its folder>/raw/`, or from data_dir itself; source
-    "torchvision" reads the same folders through torchvision.datasets (needs the torch extra).
+    name: a built-in dataset (`cvae.data.specs.SPECS`) or a registered one of one's own.
+    source "idx" reads a built-in's four IDX files (plain or .gz) from
+    `data_dir/<its folder>/raw/`, or from data_dir itself, and one's own prepared files from
+    `data_dir/<name>/` (`cvae.data.prepared`); source "torchvision" reads a built-in's folders
+    through torchvision.datasets (needs the torch extra).
     Shapes and labels are checked against the spec.
     test=False (training) does not open the test files at all: the Dataset's test arrays are
     empty, and the files need not exist.
     """
     spec = spec_of(name)
     check_choice("data_source", source)
-    load = _load_idx_arrays if source == "idx" else _load_torchvision_arrays
-    arrays, names = load(Path(data_dir), name, test=test)
+    if spec.source is None:  # one's own, from `cvae data --from`
+        if source != "idx":
+            raise DataError(f"dataset {name!r} is read from its prepared files: "
+                            f"--data-source idx, not {source}")
+        arrays, names = load_arrays(data_dir, spec, test=test)
+    else:
+        load = _load_idx_arrays if source == "idx" else _load_torchvision_arrays
+        arrays, names = load(Path(data_dir), name, test=test)
     if not test:
         arrays[TEST_IMAGES] = np.zeros((0, *spec.stored_shape), np.uint8)
         arrays[TEST_LABELS] = np.zeros(0, np.int32)

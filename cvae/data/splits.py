@@ -4,8 +4,8 @@ Model selection (the best checkpoint, early stopping, the NaN guard's evaluation
 the test set, or the test figures are no longer held out. MNIST's source carries its own
 validation set: the IDX training file holds the source's 50,000 training images followed by its
 10,000 validation images, so the validation set is the last `validation_size` images (1,000 by
-default; 10,000 is exactly the source's). Other datasets have no such split: their validation images are
-a fixed random choice keyed by the run's seed. The choice uses a counter-based hash
+default; 10,000 is exactly the source's). Other datasets have no such split: their validation
+images are a fixed random choice keyed by the run's seed. The choice uses a counter-based hash
 (splitmix64) in NumPy, so it depends on nothing but (seed, index, size): not on the JAX or
 NumPy version, nor on how batches are fed. No JAX here.
 
@@ -65,8 +65,15 @@ def validation_indices(num_examples: int, validation_size: int, *, dataset: str,
                           f"for a training file of {num_examples} examples")
     if dataset in SOURCE_VALIDATION_LAST:
         return np.arange(num_examples - validation_size, num_examples)
-    keys = _hash_keys(seed, np.arange(num_examples))
-    return np.sort(np.argsort(keys, kind="stable")[:validation_size])
+    return seeded_choice(np.arange(num_examples), validation_size, seed=seed)
+
+
+def seeded_choice(indices: np.ndarray, count: int, *, seed: int, salt: int = 0) -> np.ndarray:
+    """The `count` of `indices` whose hash under (seed, salt) is lowest, sorted: a fixed random
+    choice that depends on (seed, salt, index) alone."""
+    indices = np.asarray(indices)
+    keys = _hash_keys(seed, indices, salt)
+    return np.sort(indices[np.argsort(keys, kind="stable")[:count]])
 
 
 def training_size(num_examples: int, config: Config) -> int:

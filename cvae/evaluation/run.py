@@ -55,7 +55,7 @@ from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconst
 from cvae.model.binarization import scores_levels
 from cvae.model.densities import bits_per_dim
 from cvae.model.registry import create_model, noise_dim
-from cvae.model.store import load_trained_model
+from cvae.model.store import StepChoice, load_trained_model, read_record
 from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
@@ -325,19 +325,22 @@ def rendered_at(checkpoint, sharpness: float | None, truncation: float | None = 
 
 
 def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOptions, *,
-             json_path: str | Path | None = None, baseline_dir: str | Path | None = None) -> dict:
-    """`cvae eval`: score the newest checkpoint in `checkpoint_dir`, print the table, write the
-    JSON (and the report PNGs beside it, or in `options.report_dir`). Returns the results."""
+             json_path: str | Path | None = None, baseline_dir: str | Path | None = None,
+             step: StepChoice = "latest") -> dict:
+    """`cvae eval`: score the chosen step (`--step`; the newest by default) of `checkpoint_dir`,
+    print the table, write the JSON (and the report PNGs beside it, or in
+    `options.report_dir`). Returns the results."""
     if baseline_dir and not options.fidelity:
         raise ConfigError("--baseline-dir: compares sample fidelity, so it cannot go with "
                           "--no-fidelity")
-    checkpoint = rendered_at(load_trained_model(checkpoint_dir), options.pixel_sharpness,
+    checkpoint = rendered_at(load_trained_model(checkpoint_dir, step), options.pixel_sharpness,
                              options.truncation)
     data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
     classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
     baseline = load_trained_model(baseline_dir) if baseline_dir else None
     results = evaluate_checkpoint(checkpoint, data, options, classifier_dir=classifier_dir,
                                   baseline=baseline)
+    results["record"] = read_record(checkpoint_dir, checkpoint.step)  # what made the run
     report_dir = options.report_dir or (str(Path(json_path).parent) if json_path else None)
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)

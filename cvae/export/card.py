@@ -15,6 +15,7 @@ from cvae import presets
 from cvae.export.config_file import config_json
 from cvae.model.registry import noise_dim
 
+LICENSE = "apache-2.0"  # the project's (LICENSE, pyproject.toml), as the Hub spells it
 TAGS = ("jax", "flax", "vae", "conditional-vae", "image-generation", "safetensors", "onnx",
         "stablehlo")
 
@@ -55,8 +56,8 @@ def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> st
     dataset's own name for one that is not on the Hub."""
     spec = config.spec
     dataset_id, dataset_name = spec.hub_id or spec.name, spec.title
-    lines = ["---", "library_name: cvae", "tags:", *(f"- {tag}" for tag in TAGS),
-             "datasets:", f"- {dataset_id}"]
+    lines = ["---", "library_name: cvae", f"license: {LICENSE}", "tags:",
+             *(f"- {tag}" for tag in TAGS), "datasets:", f"- {dataset_id}"]
     if metrics:
         lines += ["model-index:", f"- name: {yaml_string(name)}", "  results:",
                   "  - task:", "      type: image-generation",
@@ -89,6 +90,7 @@ class CardFacts:
     eval_note: str  # where the figures came from, or why there are none
     verification: dict  # cvae.export.run's report
     has_classifier: bool
+    record: dict | None = None  # the run record of the exported step (cvae.training.record)
 
 
 FILE_ROLES = {
@@ -119,7 +121,7 @@ def model_card(facts: CardFacts) -> str:
                 f"Exported by `cvae export`; docs/export.md in the cvae repository tells "
                 f"what each file is and what is guaranteed.\n",
                 _files(facts), _metrics(facts, metrics), _use_and_limits(facts),
-                _training(facts), _verification(facts), _snippets(facts)]
+                _training(facts), _record(facts), _verification(facts), _snippets(facts)]
     return "\n".join(sections)
 
 
@@ -165,6 +167,33 @@ def _training(facts: CardFacts) -> str:
             f"`cvae train --help` explains each flag), then `cvae export`. The config:\n\n"
             f"<details><summary>config.json</summary>\n\n```json\n{text}\n```\n\n"
             f"</details>\n")
+
+
+def _record(facts: CardFacts) -> str:
+    """What made the run, from its record; a line saying there is none for older runs."""
+    record = facts.record
+    if not record:
+        return ("## Run record\n\nNone: the step was saved before cvae recorded its runs "
+                "(a checkpoint step's record.json).\n")
+    git = record.get("git")
+    code = (f"commit `{git['commit']}`" + (" with uncommitted changes" if git["dirty"] else "")
+            if git else "no git tree")
+    versions = ", ".join(f"{name} {version}" for name, version in
+                         sorted(record.get("versions", {}).items()) if version)
+    kinds = sorted({device["kind"] for device in record.get("devices", [])})
+    dataset = record.get("dataset") or {}
+    digest = dataset.get("manifest_sha256")
+    rows = [("command", f"`{' '.join(record.get('command', []))}`"), ("code", code),
+            ("versions", versions),
+            ("devices", f"{len(record.get('devices', []))} x {', '.join(kinds)}"),
+            ("CPU", record.get("cpu", "")),
+            ("dataset", f"{dataset.get('name')}, " + (f"sha256 `{digest}`" if digest
+                                                       else "no manifest hash")),
+            ("trained", f"{record.get('started_at')} to {record.get('ended_at')} (this "
+                        f"invocation, to this step)")]
+    return "\n".join(["## Run record\n", "The checkpoint step's record.json, also in "
+                       "manifest.json:\n", "| what | value |", "|---|---|",
+                       *(f"| {name} | {_cell(str(value))} |" for name, value in rows), ""])
 
 
 def _verification(facts: CardFacts) -> str:

@@ -7,18 +7,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cvae.cli_types import add_truncation_flag
+from cvae.cli_types import add_step_flag, add_truncation_flag
 
 
 def add_export_flags(export) -> None:
     """The flags of `cvae export`; its parser (description, examples) comes from cvae/cli.py."""
     export.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="the run to export, its newest step (default checkpoints)")
+                        help="the run to export (default checkpoints)")
     export.add_argument("--out", required=True, metavar="DIR",
                         help="the folder to write; it must be empty or new unless --force")
     export.add_argument("--force", action="store_true",
                         help="replace the exported files in a non-empty --out (other files "
                              "there are left alone)")
+    add_step_flag(export)
     add_truncation_flag(export)
 
 
@@ -30,7 +31,7 @@ def cmd_export(args) -> int:
 
     try:
         manifest = export_checkpoint(args.checkpoint_dir, args.out, force=args.force,
-                                     truncation=args.truncation, log=log)
+                                     truncation=args.truncation, step=args.step, log=log)
     except AssertionError as error:  # an artefact disagrees with the sampler: nothing written
         print(f"cvae export: error: verification failed, nothing written: {error}",
               file=sys.stderr)
@@ -52,3 +53,26 @@ def check_exported(path: str | Path) -> None:
 
     if is_export(path):
         verify_folder(path)
+
+
+def step_folders(directory: str | Path) -> list[int]:
+    """The step numbers of a checkpoint directory's committed-or-not step folders, newest first
+    (Orbax names a step being written non-numerically); [] when there is no directory."""
+    try:
+        return sorted((int(p.name) for p in Path(directory).iterdir()
+                       if p.name.isdigit() and p.is_dir()), reverse=True)
+    except OSError:
+        return []
+
+
+def check_step(path: str | Path, step) -> None:
+    """For `cvae serve --step N`: a step the directory (or exported folder) does not hold is
+    refused before any worker starts (StepNotFound, listing the steps there)."""
+    from cvae.errors import StepNotFound
+    from cvae.export.manifest import is_export, read_manifest
+
+    if not isinstance(step, int):
+        return
+    steps = [int(read_manifest(path)["step"])] if is_export(path) else step_folders(path)
+    if step not in steps:
+        raise StepNotFound(path, step, steps)

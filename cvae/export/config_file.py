@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from cvae.config import Config
+from cvae.data import specs
 from cvae.errors import CheckpointError
 
 CONFIG = "config.json"
@@ -15,6 +16,9 @@ CONFIG = "config.json"
 # this package knows the images' shape and what each label means: the dataset spec's (derived
 # from `dataset`, so `read_config` checks them against the registry and drops them).
 SPEC_KEYS = ("image_shape", "channels", "class_names")
+# A dataset of one's own (no offline source) also carries its whole spec, which `read_config`
+# registers, so the folder is read without the data it was trained on.
+OWN_SPEC_KEY = "dataset_spec"
 
 
 def config_json(config: Config) -> str:
@@ -23,6 +27,8 @@ def config_json(config: Config) -> str:
     spec = config.spec
     facts = {"image_shape": list(spec.image_shape), "channels": spec.channels,
              "class_names": list(spec.class_names)}
+    if spec.source is None:
+        facts[OWN_SPEC_KEY] = spec.to_dict()
     return json.dumps({**config.to_dict(), **facts}, indent=2, sort_keys=True)
 
 
@@ -31,6 +37,8 @@ def read_config(text: str, where: str) -> Config:
     (the folder was made for images this package would shape otherwise). Folders written
     before the facts were added have none, and load as they are."""
     values = json.loads(text)
+    if OWN_SPEC_KEY in values:
+        specs.register(specs.DatasetSpec.from_dict(values.pop(OWN_SPEC_KEY)))
     facts = {key: values.pop(key) for key in SPEC_KEYS if key in values}
     config = Config.from_dict(values)
     expected = json.loads(config_json(config))

@@ -16,7 +16,7 @@ import dataclasses
 from pathlib import Path
 
 from cvae.config import Config
-from cvae.errors import CheckpointError
+from cvae.errors import CheckpointError, StepNotFound
 from cvae.export.config_file import CONFIG, read_config
 from cvae.export.manifest import is_export, verify_folder
 from cvae.export.weights import WEIGHTS, load_weights
@@ -61,15 +61,16 @@ def exported_step(folder: str | Path) -> int:
     return int(read_manifest(folder)["step"])
 
 
-def open_sampler(path: str | Path, step: int | None = None, block_rows: int | None = None, *,
+def open_sampler(path: str | Path, step=None, block_rows: int | None = None, *,
                  truncation: float | None = None):
-    """A sampler for a checkpoint directory (its newest or given step) or an exported folder
-    (its one step: another `step` is a CheckpointError), drawing at `truncation` (None: the
+    """A sampler for a checkpoint directory (its newest step, or the one `step` chooses:
+    `cvae.model.store.StepChoice`) or an exported folder (its one step, which is also its
+    latest and best; another step number is StepNotFound), drawing at `truncation` (None: the
     run's own; `Config.drawn_at`)."""
     if not is_export(path):
         from cvae.sampling.sampler import load_sampler
 
         return load_sampler(path, step, block_rows, truncation=truncation)
-    if step is not None and step != exported_step(path):
-        raise CheckpointError(f"{path} holds step {exported_step(path)}, not step {step}")
+    if isinstance(step, int) and step != exported_step(path):
+        raise StepNotFound(path, step, [exported_step(path)])
     return load_exported_sampler(path, block_rows, truncation=truncation)

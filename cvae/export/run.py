@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -27,8 +26,10 @@ from cvae.export.functions import exact_functions, onnx_functions
 from cvae.export.config_file import CONFIG, config_json
 from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
 from cvae.export.weights import WEIGHTS, flatten, load_weights, save_weights
+from cvae.model.store import read_record
 from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import request_latents
+from cvae.training.record import cpu_name
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step still being written
 COMMITTED = "_CHECKPOINT_METADATA"  # what Orbax writes into every committed step
@@ -37,12 +38,13 @@ ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checke
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: bool = False,
-                      truncation: float | None = None, log=print) -> dict:
-    """Export the newest step of `checkpoint_dir` into `out`, drawing at `truncation` (None:
-    the run's own; `Config.drawn_at`); returns the manifest."""
+                      truncation: float | None = None, step="latest", log=print) -> dict:
+    """Export the newest step of `checkpoint_dir` (or the one `step` chooses:
+    `cvae.model.store.StepChoice`) into `out`, drawing at `truncation` (None: the run's own;
+    `Config.drawn_at`); returns the manifest."""
     checkpoint_dir, out = Path(checkpoint_dir), Path(out)
     check_out(out, checkpoint_dir, force=force)
-    checkpoint = finished_checkpoint(checkpoint_dir)
+    checkpoint = finished_checkpoint(checkpoint_dir, step)
     from cvae.model.registry import create_model
     from cvae.sampling.sampler import create_sampler
 
@@ -73,10 +75,10 @@ def check_out(out: Path, checkpoint_dir: Path, *, force: bool) -> None:
                           f"files in it, or choose an empty or new folder")
 
 
-def finished_checkpoint(directory: Path):
-    """The newest step of `directory`, refused when a step is still being written, or when
-    the newest one is uncommitted or does not read (where `load_trained_model` would quietly
-    fall back to an older step)."""
+def finished_checkpoint(directory: Path, step="latest"):
+    """The newest (or the chosen) step of `directory`, refused when a step is still being
+    written, or when the newest one is uncommitted or does not read (where
+    `load_trained_model` would quietly fall back to an older step)."""
     from cvae.model.store import READ_ERRORS, load_trained_model
 
     steps = []
@@ -87,8 +89,9 @@ def finished_checkpoint(directory: Path):
                                   f"({pending[0]}): let the save finish (or training stop), "
                                   f"then export")
         steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
-    if not steps:
-        return load_trained_model(directory)  # its one-line CheckpointError says what to do
+    if not steps or step != "latest":
+        # Its one-line CheckpointError says what to do, or which steps there are.
+        return load_trained_model(directory, step)
     newest = max(steps)
     hint = (f"{directory}: the newest step, {newest}, does not read (unfinished or damaged): "
             f"move it away to export the step before it")
@@ -117,14 +120,15 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
     eval_results, eval_note = eval_figures(checkpoint_dir, step, config=config,
                                           run_config=run_config)
     sizes = {p.name: p.stat().st_size for p in folder.iterdir() if p.is_file()}
+    record = read_record(checkpoint_dir, step)
     facts = card.CardFacts(name, step, config, sizes, eval_results, eval_note, report,
-                           sampler.has_classifier)
+                           sampler.has_classifier, record)
     (folder / "README.md").write_text(card.model_card(facts))
     return write_manifest(folder, {"step": step, "checkpoint_dir": str(checkpoint_dir),
                                    "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                    "jax_version": jax.__version__, "onnx_opset": onnx_files.OPSET,
                                    "noise_dim": sampler.noise_dim, "code_dim": sampler.latent_dim,
-                                   "verification": report})
+                                   "verification": report, "record": record})
 
 
 def verify(folder: Path, sampler) -> dict:
@@ -154,17 +158,6 @@ def verify(folder: Path, sampler) -> dict:
     onnx = onnx_files.verify_onnx(folder, sampler, noise=noise, labels=labels, digits=digits)
     return {"stablehlo_rows": rows, "stablehlo_block_sizes": sizes, "onnx": onnx,
             "cpu": cpu_name()}
-
-
-def cpu_name() -> str:
-    """The CPU the bits were checked on (its model name where Linux says it)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def eval_figures(checkpoint_dir: Path, step: int, *, config,

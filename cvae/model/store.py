@@ -3,8 +3,12 @@
 The format, defined here once: a directory with one folder per step (an Orbax
 `CheckpointManager`), each holding three items: `state` (the train state as a PyTree: params,
 optimizer state, EMA params, BatchNorm statistics, the mixture prior, the labelled set, step and
-key), `config` (the run's `Config` as JSON, so the directory describes itself) and `metrics`
-(the validation figures that ranked the step). Training writes it
+key), `config` (the run's `Config` as JSON, so the directory describes itself), `dataset` (its
+dataset's spec as JSON, registered on read, so a model of one's own data needs no data folder;
+checkpoints written before it have none and name a built-in dataset) and `metrics` (the
+validation figures that ranked the step: the best step is the one with the lowest
+`BEST_METRIC`, as the writer's manager ranks them); beside them, `config.toml` and
+`record.json` (what made the run: `cvae.training.record`). Training writes it
 (`cvae.training.checkpoints`); sampling, evaluation and the service read it here.
 
 Inference needs the variables the model applies, not the optimizer: `load_trained_model`
@@ -17,24 +21,46 @@ nothing of training. Readers open the directory read-only: they never delete or 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from cvae.config import Config
-from cvae.errors import CheckpointError
+from cvae.data import specs
+from cvae.errors import CheckpointError, StepNotFound
 from cvae.model.registry import create_model, init_variables
 
 log = logging.getLogger(__name__)
 
-STATE, CONFIG, METRICS = "state", "config", "metrics"
-ITEMS = (STATE, CONFIG, METRICS)
+STATE, CONFIG, DATASET, METRICS = "state", "config", "dataset", "metrics"
+ITEMS = (STATE, CONFIG, DATASET, METRICS)
+# Files beside the items, written by process 0 after a step commits (`cvae.training.record`):
+# the config as TOML and the run record, for people and tools that do not read Orbax.
+CONFIG_FILE, RECORD_FILE = "config.toml", "record.json"
 # What a damaged, half-deleted or vanished step raises when read.
 READ_ERRORS = (OSError, ValueError, KeyError)
+
+# Training evaluates on the validation split only; its figures are stored as "validation_<term>"
+# and the best step is the lowest validation loss. (Checkpoints from before the split stored
+# test figures as plain "loss": they rank as worst, so they are never kept as "best" over new
+# steps.)
+EVAL_SPLIT = "validation"
+BEST_METRIC = f"{EVAL_SPLIT}_loss"
+
+# Which step a reader takes (`--step`): a step number, the best by `BEST_METRIC`, or the newest
+# that reads.
+StepChoice = int | Literal["best", "latest"]
+
+
+def best_metric(metrics: dict | None) -> float:
+    """A step's rank for "best" (lower is better): the writer's retention and readers use it."""
+    return float((metrics or {}).get(BEST_METRIC, math.inf))
 
 
 class _DropReadOnlyNotice(logging.Filter):
@@ -47,23 +73,66 @@ class _DropReadOnlyNotice(logging.Filter):
 logging.getLogger("absl").addFilter(_DropReadOnlyNotice())
 
 
-def open_read_only(directory: str | Path) -> ocp.CheckpointManager:
-    """A manager that only reads `directory`: it never deletes, writes or creates anything."""
+def open_read_only(directory: str | Path, *, ranked: bool = False) -> ocp.CheckpointManager:
+    """A manager that only reads `directory`: it never deletes, writes or creates anything.
+    `ranked`: it also reads every step's metrics, to answer `best_step()` as the writer does."""
+    ranking = {"best_fn": best_metric, "best_mode": "min"} if ranked else {}
     options = ocp.CheckpointManagerOptions(save_interval_steps=0, enable_async_checkpointing=False,
-                                           read_only=True, create=False)
+                                           read_only=True, create=False, **ranking)
     return ocp.CheckpointManager(Path(directory).absolute(), options=options, item_names=ITEMS)
+
+
+def best_step(manager: ocp.CheckpointManager) -> int:
+    """The step with the lowest validation loss, by Orbax's own ranking (`best_fn`, "min") on a
+    manager opened `ranked`; a CheckpointError when no step recorded one."""
+    step = manager.best_step()
+    if step is None or math.isinf(best_metric(manager.metrics(step))):
+        raise CheckpointError(f"no step in {manager.directory} records a {BEST_METRIC}, so none "
+                              f"is best: choose --step N or latest (steps there: "
+                              f"{', '.join(map(str, manager.all_steps())) or 'none'})")
+    return step
+
+
+def chosen_step(manager: ocp.CheckpointManager, choice: StepChoice | None) -> int | None:
+    """The step `choice` names: a number that must exist (else StepNotFound, listing those
+    that do), the best one, or None for "latest" (the newest that reads)."""
+    if choice is None or choice == "latest":
+        return None
+    if choice == "best":
+        return best_step(manager)
+    if choice not in manager.all_steps():
+        raise StepNotFound(manager.directory, choice, manager.all_steps())
+    return choice
 
 
 def save_args(state, config: Config, metrics: dict[str, Any] | None) -> ocp.args.Composite:
     """One step's items as the writer saves them (`cvae.training.checkpoints.save_checkpoint`)."""
     return ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
                                  CONFIG: ocp.args.JsonSave(config.to_dict()),
+                                 DATASET: ocp.args.JsonSave(config.spec.to_dict()),
                                  METRICS: ocp.args.JsonSave(metrics or {})})
 
 
 def read_config(manager: ocp.CheckpointManager, step: int) -> Config:
-    restored = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
+    """The step's config, after registering the dataset spec it carries (when it has one), so
+    that the config's `dataset` resolves whatever reads it: every reader comes through here."""
+    items = [CONFIG]
+    if (Path(manager.directory) / str(step) / DATASET).is_dir():
+        items.append(DATASET)
+    restored = manager.restore(step, args=ocp.args.Composite(
+        **{item: ocp.args.JsonRestore() for item in items}))
+    if DATASET in items:
+        specs.register(specs.DatasetSpec.from_dict(restored[DATASET]))
     return Config.from_dict(restored[CONFIG])
+
+
+def read_record(directory: str | Path, step: int) -> dict[str, Any] | None:
+    """Step `step`'s run record (`cvae.training.record`); None for a step saved before runs
+    were recorded, or whose record does not read."""
+    try:
+        return json.loads((Path(directory) / str(step) / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def restore_newest_readable(manager: ocp.CheckpointManager,
@@ -82,19 +151,20 @@ def restore_newest_readable(manager: ocp.CheckpointManager,
 
 
 def read_directory(directory: str | Path, read_fn: Callable[[ocp.CheckpointManager, int], Any],
-                   step: int | None = None):
-    """`read_fn(manager, step)` for `step`, or for the newest step that reads; a
-    `CheckpointError` saying what to run when the directory holds none."""
+                   step: StepChoice | None = None):
+    """`read_fn(manager, step)` for the step `step` chooses (`chosen_step`), or for the newest
+    step that reads; a `CheckpointError` saying what to run when the directory holds none."""
     directory = Path(directory)
     hint = f"run `make train` (or `cvae train --checkpoint-dir {directory}`)"
     if not directory.is_dir():
         raise CheckpointError(f"no checkpoint directory at {directory.absolute()}: {hint}")
-    manager = open_read_only(directory)
+    manager = open_read_only(directory, ranked=step == "best")
     try:
-        if step is not None:
-            return read_fn(manager, step)
         if not manager.all_steps():
             raise CheckpointError(f"no checkpoint in {directory.absolute()}: {hint}")
+        step = chosen_step(manager, step)
+        if step is not None:
+            return read_fn(manager, step)
         found = restore_newest_readable(manager, lambda candidate: read_fn(manager, candidate))
         if found is None:
             raise CheckpointError(f"no readable checkpoint in {directory.absolute()} "
@@ -161,9 +231,9 @@ def read_trained_model(manager: ocp.CheckpointManager, step: int, *, use_ema: bo
                         state.get("labelled", {}))
 
 
-def load_trained_model(directory: str | Path, step: int | None = None, *,
+def load_trained_model(directory: str | Path, step: StepChoice | None = None, *,
                        use_ema: bool = True) -> TrainedModel:
-    """The newest readable (or the given) step of `directory`, for inference: what
+    """The newest readable (or the chosen: `StepChoice`) step of `directory`, for inference: what
     `cvae sample`, `cvae eval` and the service read. `use_ema=False` reads the trained weights
     themselves rather than their moving average (what `--init-from` copies)."""
     return read_directory(directory, lambda manager, candidate: read_trained_model(

@@ -359,9 +359,10 @@ class Sampler:
                                    image_shape=self.config.spec.stored_shape))
 
 
-def load_sampler(checkpoint_dir, step: int | None = None, block_rows: int | None = None, *,
+def load_sampler(checkpoint_dir, step=None, block_rows: int | None = None, *,
                  truncation: float | None = None) -> Sampler:
-    """A sampler for the latest (or given) checkpoint, using EMA weights when the run kept them,
+    """A sampler for the latest (or chosen: `cvae.model.store.StepChoice`) checkpoint, using EMA
+    weights when the run kept them,
     its block sizes verified on this machine (`Sampler.check_blocks`, which also compiles them):
     what `cvae sample`, the service and the tests use. `truncation`: `Config.drawn_at`."""
     from cvae.model.store import load_trained_model  # Orbax: imported here, when first needed

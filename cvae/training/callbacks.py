@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import shutil
+import sys
 import time
 from errno import ENOSPC
 from pathlib import Path
@@ -29,8 +30,11 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from cvae.training.checkpoints import EVAL_SPLIT, create_manager, save_checkpoint
+from cvae.model.store import EVAL_SPLIT
+from cvae.training.checkpoints import create_manager, save_checkpoint
+from cvae.training import processes
 from cvae.training.processes import local_copy
+from cvae.training.record import create_record, now, write_step_files
 from cvae.errors import CheckpointError
 from cvae.sampling.grid import make_grid, save_png
 from cvae.model.registry import create_model
@@ -202,19 +206,26 @@ class EarlyStopping(Callback):
 
 class Checkpointer(Callback):
     """Saves at each evaluated epoch (ranked by validation loss) and, after a stop, at the step
-    reached."""
+    reached; process 0 then writes the step's config.toml and run record
+    (`cvae.training.record`), whose command line is `command` (default `sys.argv`)."""
 
-    def __init__(self, keep: int = 3):
+    def __init__(self, keep: int = 3, command: list[str] | None = None):
         self.keep = keep
+        self.command = sys.argv if command is None else command  # for the run record
         self.manager = None
+        self.record = None
         self.saved_step = -1
 
     def on_fit_start(self, run):
         self.manager = create_manager(run.checkpoint_dir, keep=self.keep)
+        self.record = create_record(run.config, self.command, started_at=now())
 
     def save(self, run, metrics):
         try:
             self.saved_step = save_checkpoint(self.manager, run.state, run.config, metrics=metrics)
+            if processes.current().is_writer:
+                write_step_files(Path(run.checkpoint_dir) / str(self.saved_step), run.config,
+                                 self.record)
         except Exception as error:  # Orbax/TensorStore wrap OS errors in their own types
             if "No space left" not in str(error) and getattr(error, "errno", None) != ENOSPC:
                 raise
@@ -253,7 +264,8 @@ class SampleGrid(Callback):
         # This process's copy: only the writer samples, so no program may span the mesh.
         self.sampler.variables = local_copy(run.state.eval_variables())
         images = self.sampler.sample_images(None, self.n, self.seed)
-        grid = make_grid(images, cols=self.n, pad=2, scale=1)
+        grid = make_grid(images, cols=self.n, pad=2, scale=1,
+                         image_shape=run.config.spec.stored_shape)
         save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
         save_png(grid, Path(run.checkpoint_dir) / "samples_latest.png")
 
@@ -302,18 +314,20 @@ class LossCurve(Callback):
         save_loss_curve(records, Path(run.checkpoint_dir) / "loss_curve.png")
 
 
-def default_callbacks(config, *, progress: bool = True, writer: bool = True) -> list[Callback]:
+def default_callbacks(config, *, progress: bool = True, writer: bool = True,
+                      command: list[str] | None = None) -> list[Callback]:
     """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step.
 
     With `writer=False` (every process but 0 of a multi-process run) only the callbacks that
     decide or take part in collective work remain: the guard, early stopping and the
     checkpointer, whose Orbax saves need every process. Nothing else writes a file.
+    `command`: the command line the run records (default `sys.argv`).
     """
     callbacks = [NanGuard()]
     if writer:
         callbacks += [ProgressBar(disable=None if progress else True), MetricsLogger(),
                       TensorBoard()]
-    callbacks.append(Checkpointer(config.keep_checkpoints))
+    callbacks.append(Checkpointer(config.keep_checkpoints, command))
     if writer:
         callbacks += [SampleGrid(), LossCurve()]
     if config.early_stopping_patience:

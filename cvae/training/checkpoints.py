@@ -12,7 +12,6 @@ run starts from (resume, `--fresh`, `--init-from`) is `cvae.training.start`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +21,10 @@ from orbax.checkpoint import checkpoint_managers as policies
 
 from cvae.config import Config
 from cvae.model import store
+from cvae.model.store import best_metric
 from cvae.model.registry import create_model
 from cvae.training.optimizer import create_optimizer
 from cvae.training.step import create_train_state
-
-# Training evaluates on the validation split only; its figures are stored as "validation_<term>"
-# and the best step is the lowest validation loss. (Checkpoints from before the split stored
-# test figures as plain "loss": they rank as worst, so they are never kept as "best" over new
-# steps.)
-EVAL_SPLIT = "validation"
-BEST_METRIC = f"{EVAL_SPLIT}_loss"
-
-
-def _best_metric(metrics: dict) -> float:
-    return float(metrics.get(BEST_METRIC, math.inf))
-
 
 def create_manager(directory: str | Path, *, keep: int = 3) -> ocp.CheckpointManager:
     """The writer's manager: keeps the latest `keep` steps and the best one."""
@@ -44,11 +32,11 @@ def create_manager(directory: str | Path, *, keep: int = 3) -> ocp.CheckpointMan
         policies.LatestN(n=keep),
         # reverse=True: BestN keeps the *last* n after sorting, so sort descending to keep the
         # lowest loss. Steps saved without metrics (interrupts) are left to LatestN.
-        policies.BestN(get_metric_fn=_best_metric, reverse=True, n=1,
+        policies.BestN(get_metric_fn=best_metric, reverse=True, n=1,
                        keep_checkpoints_without_metrics=False),
     ])
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=retention, best_fn=_best_metric, best_mode="min",
+        preservation_policy=retention, best_fn=best_metric, best_mode="min",
         save_interval_steps=1, enable_async_checkpointing=False, create=True)
     return ocp.CheckpointManager(Path(directory).absolute(), options=options,
                                  item_names=store.ITEMS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,7 +43,9 @@ class ClassifyParams(BaseModel):
 
 CLASSIFY_RESPONSES = {
     200: {"model": Reading, "description": "the ten probabilities, the most probable digit, "
-                                           "and the checkpoint step"},
+                                           "and the checkpoint step",
+          "headers": {"X-Checkpoint-Step": {"description": "the step whose weights read it",
+                                            "schema": {"type": "integer"}}}},
     409: {"model": BadParameters, "description": "the served model reads no digits"},
     422: {"model": BadParameters, "description": "a parameter is out of range, or the image is "
                                                  "damaged, blank, or not 28x28 with prepare=none"},
@@ -55,8 +57,8 @@ router = APIRouter()
 
 @router.post("/classify", response_model=Reading, responses=CLASSIFY_RESPONSES,
              openapi_extra=UPLOAD_BODY)
-async def classify(request: Request, params: Annotated[ClassifyParams, Query()],
-                   loaded: ServedModel):
+async def classify(request: Request, response: Response,
+                   params: Annotated[ClassifyParams, Query()], loaded: ServedModel):
     """The digit the model reads in the uploaded picture (the PNG or JPEG file itself, as
     `/transfer` takes it), with the ten probabilities: its classifier q(y|x), or Bayes' rule
     on its bounds on p(x|y) for a model trained with every label."""
@@ -70,5 +72,6 @@ async def classify(request: Request, params: Annotated[ClassifyParams, Query()],
         return upload
     image, _ = upload
     probabilities = (await asyncio.to_thread(sampler.classify, image[None]))[0]
+    response.headers["X-Checkpoint-Step"] = str(loaded.step)
     return Reading(probabilities=[float(p) for p in probabilities],
                    label=int(probabilities.argmax()), step=loaded.step)

@@ -36,8 +36,9 @@ async def readyz(request: Request):
     if loaded is None:
         return error(503, watcher.note, status="not ready",
                      checkpoint_dir=str(watcher.directory), pid=os.getpid())
-    return {"status": "ready", "step": loaded.step, "pid": os.getpid(),
-            "checkpoint_dir": str(watcher.directory), "fingerprint": loaded.fingerprint,
+    return {"status": "ready", "step": loaded.step, "chosen_by": str(watcher.step),
+            "pid": os.getpid(), "checkpoint_dir": str(watcher.directory),
+            "fingerprint": loaded.fingerprint,
             "config": config_summary(loaded), "note": watcher.note,
             "loaded_at": loaded.loaded_at}
 

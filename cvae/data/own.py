@@ -1,0 +1,254 @@
+"""`cvae data --from PATH --name NAME`: a person's labelled images, prepared once into the data
+folder in the project's own format (`cvae.data.prepared`), so that `cvae train --dataset NAME`
+trains on them.
+
+The data flows: the source is read without its pixels (`cvae.data.sources`), checked (two or
+more classes, none empty, the data set fits in memory), planned (one image size, one mode, the
+test split), then written image by image into preallocated memory maps inside a hidden
+temporary folder beside the target, which is renamed into place only once everything,
+manifest included, is written. Any failure removes the temporary folder: the data folder
+changes only when preparation succeeds.
+
+- Size: `--image-size`, or else the most common size among the images (ties: the first one
+  met); other sizes are resized with Pillow's LANCZOS filter, aspect ratio not kept.
+- Mode: `--channels`, or else 3 (RGB) when any image is in colour and 1 (L) otherwise; other
+  modes are converted with Pillow's `convert` (alpha dropped; grey made RGB by repeating it;
+  RGB made grey by ITU-R 601-2 luma; a mode with no direct conversion, LAB to L say, through
+  RGB).
+- Split: the source's own (train/ and test/ folders, IDX files), or else, in each class, the
+  `--test-fraction` of its images whose hash of (--seed, index) is lowest
+  (`cvae.data.splits.seeded_choice`); every class keeps a training image.
+No JAX here.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from cvae.data import prepared, specs
+from cvae.data.command import DEFAULT_TEST_FRACTION
+from cvae.data.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS
+from cvae.data.memory import check_fits
+from cvae.data.prepare import Log
+from cvae.data.sources import GREY_MODES, Source, check_classes, open_source
+from cvae.data.splits import seeded_choice
+from cvae.errors import DataError
+
+RESIZE_FILTER = Image.Resampling.LANCZOS
+MODES = {1: "L", 3: "RGB"}  # channels -> the Pillow mode images are converted to
+CHANNELS = {mode: channels for channels, mode in MODES.items()}
+_TEST_SALT = 0x7E57_5E7  # the test split's hash is not the validation split's
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_COPY_ROWS = 4096  # images copied at once when an array source needs no conversion
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What preparation makes of a source: every image at `size` (height, width) in `mode`;
+    test: bool[N], True for the images held out for testing."""
+
+    size: tuple[int, int]
+    mode: str
+    test: np.ndarray
+    size_rule: str
+    split: dict
+
+    @property
+    def channels(self) -> int:
+        return CHANNELS[self.mode]
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """One image as written: (height, width) for grey, (height, width, 3) for colour."""
+        return self.size if self.channels == 1 else (*self.size, self.channels)
+
+
+def _check_target(data_dir: Path, name: str) -> Path:
+    if not _NAME.fullmatch(name):
+        raise DataError(f"--name {name!r}: use letters, digits, '_', '.' and '-' (up to 64), "
+                        f"starting with a letter or digit")
+    if name in specs.SPECS or name in {spec.folder for spec in specs.SPECS.values()}:
+        raise DataError(f"--name {name!r} is a built-in dataset: choose another name")
+    target = prepared.folder_of(data_dir, name)
+    if target.exists():
+        raise DataError(f"{target} already exists: remove it, or choose another --name")
+    return target
+
+
+def _seeded_split(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    test = np.zeros(len(labels), bool)
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        count = min(round(len(members) * fraction), len(members) - 1)
+        test[seeded_choice(members, count, seed=seed, salt=_TEST_SALT)] = True
+    return test
+
+
+def plan(source: Source, *, image_size: tuple[int, int] | None, channels: int | None,
+         test_fraction: float, seed: int) -> Plan:
+    """One size, one mode and the split for every image of `source` (module docstring)."""
+    if image_size is None:
+        sizes = collections.Counter(map(tuple, source.sizes.tolist()))
+        size, rule = sizes.most_common(1)[0][0], "the most common size (ties: the first met)"
+    else:
+        size, rule = image_size, "--image-size"
+    if channels is None:
+        channels = 1 if all(mode in GREY_MODES for mode in source.modes) else 3
+    if source.test is not None:
+        test, split = source.test, {"rule": f"the source's own ({source.kind})"}
+    else:
+        test = _seeded_split(source.labels, test_fraction, seed)
+        split = {"rule": "per class, the test fraction of its images whose hash of (seed, "
+                         "index) is lowest", "test_fraction": test_fraction, "seed": seed}
+    return Plan(tuple(size), MODES[channels], test, rule, split)
+
+
+def _converted(image: Image.Image, plan: Plan) -> np.ndarray:
+    """`image` in the plan's mode and size, as uint8[H, W] or [H, W, 3]."""
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")  # Pillow's advice for palettes with transparency
+    if image.mode != plan.mode:
+        try:
+            image = image.convert(plan.mode)
+        except ValueError:  # no direct conversion (LAB to L, say): through RGB
+            image = image.convert("RGB").convert(plan.mode)
+    height, width = plan.size
+    if image.size != (width, height):
+        image = image.resize((width, height), RESIZE_FILTER)
+    return np.asarray(image, np.uint8)
+
+
+def _convert_row(source: Source, row: int, plan: Plan) -> np.ndarray:
+    try:
+        return _converted(source.image(row), plan)
+    except ValueError as error:
+        raise DataError(f"{source.where(row)}: cannot be made {plan.mode} at "
+                        f"{plan.size[0]}x{plan.size[1]} ({error})") from None
+
+
+def _write_images(source: Source, plan: Plan, folder: Path, *, progress: bool) -> None:
+    """The four arrays, the images one at a time into preallocated memory maps (or, when an
+    array source needs no conversion, copied a block at a time)."""
+    shape = plan.stored_shape
+    # An array source's images all share one size and mode.
+    as_is = (source.array is not None and source.modes[0] == plan.mode
+             and tuple(source.sizes[0].tolist()) == plan.size)
+    for test, images_key, labels_key in ((False, TRAIN_IMAGES, TRAIN_LABELS),
+                                         (True, TEST_IMAGES, TEST_LABELS)):
+        rows = np.flatnonzero(plan.test == test)
+        np.save(folder / prepared.FILES[labels_key], source.labels[rows].astype(np.int32))
+        out = np.lib.format.open_memmap(folder / prepared.FILES[images_key], mode="w+",
+                                        dtype=np.uint8, shape=(len(rows), *shape))
+        with tqdm(total=len(rows), desc=f"writing {'test' if test else 'train'}", unit="img",
+                  disable=None if progress else True) as bar:
+            for start in range(0, len(rows), _COPY_ROWS):
+                block = rows[start:start + _COPY_ROWS]
+                if as_is:
+                    out[start:start + len(block)] = source.array(block)
+                else:
+                    for offset, row in enumerate(block):
+                        out[start + offset] = _convert_row(source, row, plan)
+                bar.update(len(block))
+        out.flush()
+        del out
+
+
+def _manifest(source: Source, plan: Plan, name: str) -> dict:
+    sizes = collections.Counter(f"{h}x{w}" for h, w in source.sizes.tolist())
+    target = "{}x{}".format(*plan.size)
+    modes = collections.Counter(source.modes)
+    counts = {split: {class_name: int(np.sum((source.labels == label) & (plan.test == test)))
+                      for label, class_name in enumerate(source.class_names)}
+              for split, test in (("train", False), ("test", True))}
+    return {
+        "format": prepared.FORMAT,
+        "name": name,
+        "source": {"kind": source.kind, "path": str(source.path.absolute())},
+        "image_shape": [*plan.size, plan.channels],
+        "channels": plan.channels,
+        "class_names": list(source.class_names),
+        "counts": counts,
+        "split": plan.split,
+        "resize": {"rule": plan.size_rule, "size": list(plan.size),
+                   "filter": f"PIL.Image.Resampling.{RESIZE_FILTER.name}",
+                   "resized": {size: n for size, n in sorted(sizes.items()) if size != target}},
+        "modes": {"to": plan.mode, "converted": {mode: n for mode, n in sorted(modes.items())
+                                                 if mode != plan.mode}},
+        "skipped": [dataclasses.asdict(bad) for bad in source.bad],
+    }
+
+
+def prepare_own(source_path: str | os.PathLike, name: str, data_dir: str | os.PathLike = "data",
+                *, image_size: tuple[int, int] | None = None, channels: int | None = None,
+                skip_bad: bool = False, test_fraction: float = DEFAULT_TEST_FRACTION,
+                seed: int = 0, log: Log = print, warn: Log = _warn,
+                progress: bool = True) -> Path:
+    """Prepares the labelled images at `source_path` as dataset `name` in `data_dir/name`, and
+    returns that folder. DataError, with nothing written, for a bad source (module docstring);
+    files left out with `skip_bad` are listed through `warn` and in the manifest."""
+    data_dir = Path(data_dir)
+    target = _check_target(data_dir, name)
+    if not 0 < test_fraction < 1:
+        raise DataError(f"--test-fraction {test_fraction}: must be in (0, 1)")
+    if channels not in (None, *MODES):
+        raise DataError(f"--channels {channels}: must be 1 or 3")
+    source = open_source(source_path, skip_bad=skip_bad, progress=progress)
+    check_classes(source)
+    layout = plan(source, image_size=image_size, channels=channels,
+                  test_fraction=test_fraction, seed=seed)
+    check_fits(source.count * int(np.prod(layout.stored_shape)), where=str(source_path))
+    for bad in source.bad:
+        warn(f"skipped {bad.path}: {bad.reason}")
+    manifest = _manifest(source, layout, name)
+    created = not data_dir.exists()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # Hidden, and unique to this run; made by mkdir so that it gets the umask's permissions.
+    partial = data_dir / f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        partial.mkdir()
+        _write_images(source, layout, partial, progress=progress)
+        manifest["sha256"] = prepared.content_hash(partial, source.class_names)
+        (partial / prepared.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        partial.rename(target)  # atomic; fails if another process prepared it meanwhile
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        if created:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        raise
+    _report(manifest, source, target, log=log)
+    return target
+
+
+def _report(manifest: dict, source: Source, target: Path, *, log: Log) -> None:
+    counts = {split: sum(manifest["counts"][split].values()) for split in ("train", "test")}
+    height, width, channels = manifest["image_shape"]
+    names = source.class_names
+    shown = ", ".join(names if len(names) <= 10 else [*names[:9], "..."])
+    log(f"read {source.count} images in {len(names)} classes ({shown}) from {source.path} "
+        f"({source.kind})" + (f"; skipped {len(source.bad)} files" if source.bad else ""))
+    resized = sum(manifest["resize"]["resized"].values())
+    converted = sum(manifest["modes"]["converted"].values())
+    changes = [f"resized {resized} images to {height}x{width} "
+               f"({manifest['resize']['filter'].rsplit('.', 1)[-1]})"] if resized else []
+    changes += [f"converted {converted} to {manifest['modes']['to']}"] if converted else []
+    if changes:
+        log("; ".join(changes))
+    log(f"prepared {target}: {counts['train']} train + {counts['test']} test images of "
+        f"{height}x{width}x{channels}; sha256 {manifest['sha256']}")
+    log(f"train on it: cvae train --dataset {manifest['name']} --data-dir {target.parent}")
