@@ -7,8 +7,9 @@ images, and scores them.
 
 Figures (all on the test set; every one lands in the JSON, the main ones in a table on stdout):
 - ELBO terms (reconstruction, KL, total) and active latent units (per-dimension KL > 0.01 nats).
-- Bernoulli likelihood only: the IWAE bound with K samples as the negative log-likelihood in nats,
-  on the test set binarised once with a fixed seed: conditional -log p(x|y) (true label, K
+- Bernoulli and discretised logistic likelihoods: the IWAE bound with K samples as the negative
+  log-likelihood in nats and bits per dimension, on the test set binarised once with a fixed
+  seed (the logistic: its 8-bit levels as they are): conditional -log p(x|y) (true label, K
   samples) and marginal -log p(x) = -logsumexp_y' [log p(x|y') - log C] (C the dataset's
   classes; the true label's K-sample term plus `iwae_k_marginal` samples for each other label),
   with the built-in check -log p(x|y') bounds in `cvae.evaluation.iwae.check_marginal`.
