@@ -16,8 +16,9 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
 - Sample fidelity scored by the dataset's cached classifier (`cvae.evaluation.fidelity`):
   conditional accuracy and Fréchet distance of samples, overall and per class, beside real test
   images.
-- Label swap (`cvae.evaluation.label_swap`): test digits re-decoded with every other label, read
-  by the same classifier, and how much of their slant and stroke width survives.
+- Label swap (`cvae.evaluation.label_swap`; the ten grey digits only, else omitted with the
+  reason): test digits re-decoded with every other label, read by the same classifier, and how
+  much of their slant and stroke width survives.
 - Reconstructions of test digits scored like the samples (`cvae.evaluation.reconstructions`):
   the floor no prior can beat, and the samples' FD against it.
 - Visual reports (`cvae.evaluation.reports`) next to the JSON, or in --report-dir.
