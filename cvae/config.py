@@ -24,7 +24,7 @@ Binarization = Literal["none", "dynamic"]
 Architecture = Literal["mlp", "conv"]
 Activation = Literal["relu", "gelu", "silu", "elu", "tanh", "leaky_relu"]
 LabelConditioning = Literal["first", "every"]
-Likelihood = Literal["bernoulli", "gaussian"]
+Likelihood = Literal["bernoulli", "gaussian", "logistic"]
 KLSchedule = Literal["constant", "linear"]
 Optimizer = Literal["adam", "adamw", "sgd", "rmsprop"]
 LRSchedule = Literal["constant", "linear", "cosine", "warmup_cosine", "warmup_linear"]
@@ -87,8 +87,8 @@ class Config:
         "samples", "What the mixture is fitted to: a draw from q(z|x,y) per training image (the "
                    "aggregate posterior: wider samples), or its mean (tighter: more typical).")
     likelihood: Likelihood = setting(
-        "bernoulli", "p(x|z,y): Bernoulli (sigmoid cross-entropy, nats) or the seed's Gaussian "
-                     "(summed half squared error of sigmoid means).")
+        "bernoulli", "p(x|z,y): Bernoulli (nearly binary grey images), the seed's Gaussian, or a "
+                     "discretised logistic over 256 levels (grey-level, colour; docs/model.md).")
     pixel_sharpness: float = setting(
         1.3, "Images are sigmoid(s * pixel logits): the Bernoulli decoder at temperature 1/s "
              "(1 = its means). Rendering only: training and the bounds never see it.")

@@ -4,11 +4,13 @@ and width)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from cvae.evaluation.label_swap import (correlation, scores, slant, standardised, stroke_width,
-                                        summary_lines)
+from cvae.evaluation.label_swap import (correlation, omitted_because, scores, slant,
+                                        standardised, stroke_width, summary_lines)
 
 
 def bar(width: int, shear: float = 0.0) -> np.ndarray:
@@ -134,3 +136,17 @@ def test_a_swap_in_another_hand_keeps_no_slant(bars):
     style = scores(BarSampler("random hand"), BarClassifier(), images_u8=images,
                    labels=digits)["style"]
     assert abs(style["slant"]["swap_r"]) < 0.15 and style["stroke_width"]["swap_r"] > 0.9
+
+
+def test_the_label_swap_is_scored_for_grey_digits_only_and_says_why_elsewhere():
+    from shaped_data import shaped_spec
+
+    from cvae.data.specs import FASHION_MNIST, MNIST
+
+    assert omitted_because(MNIST) is None
+    grey_digits_8x8 = dataclasses.replace(shaped_spec("digits8", 8, 8, 1, 10),
+                                          class_names=MNIST.class_names)
+    assert omitted_because(grey_digits_8x8) is None
+    for spec in (FASHION_MNIST, shaped_spec("sprites", 32, 32, 3, 10),
+                 dataclasses.replace(grey_digits_8x8, channels=3)):
+        assert "slant and stroke width of handwritten digits" in omitted_because(spec)

@@ -41,8 +41,8 @@ def generative_error(model, variables, *, spec: DatasetSpec, images_u8: np.ndarr
     for i, start in enumerate(range(0, len(images_u8), batch_size)):
         rows = images_u8[start:start + batch_size].reshape(-1, spec.pixels)
         pad = batch_size - len(rows)
-        x = iwae.binarize_levels(jax.random.fold_in(binarize_key, i),
-                                 np.pad(rows, ((0, pad), (0, 0))))
+        x = iwae.scored_inputs(jax.random.fold_in(binarize_key, i),
+                               np.pad(rows, ((0, pad), (0, 0))), model.config.likelihood)
         batch_key = jax.random.fold_in(sample_key, i)
         scores = np.stack([np.asarray(bound(variables, x, jnp.full((batch_size,), y, jnp.int32),
                                             batch_key)) for y in range(spec.num_classes)],
@@ -63,7 +63,7 @@ def classification_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray
     sampler = create_sampler(model, config, variables, step=checkpoint.step, block_rows=500)
     result = {"labels": config.labelled_count, "q_y_given_x": classifier_error(
         sampler, images_u8, labels)}
-    if config.likelihood == "bernoulli" and num_samples > 0:
+    if config.likelihood in iwae.BOUNDED_LIKELIHOODS and num_samples > 0:
         result["generative"] = generative_error(model, variables, spec=config.spec,
                                                 images_u8=images_u8, labels=labels,
                                                 key=jax.random.key(seed), num_samples=num_samples)

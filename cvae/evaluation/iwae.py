@@ -1,15 +1,17 @@
 """Importance-weighted bounds (Burda et al. 2015) on log p(x | y) and log p(x), in nats, through
 each model's own log weights.
 
-For one binarised image x and label y, with q = q(z | x, y) and K samples z_k ~ q:
+For one image x (binarised for the Bernoulli, its 8-bit levels for the discretised logistic) and
+label y, with q = q(z | x, y) and K samples z_k ~ q:
 
     log p(x | y) >= log (1/K) sum_k p(x | z_k, y) p(z_k | y) / q(z_k | x, y)
 
 K = 1 is the single-sample ELBO; the bound tightens in expectation as K grows. The log weights
 are each model's own (`cvae.model.objectives.sampling_log_weights_fn`: the family's terms over
 all its latent layers, with the prior its samples are drawn from, so the likelihood reported is
-that of the model that draws the samples). The likelihood (Bernoulli or Gaussian) is the model's
-config's; nothing here chooses it.
+that of the model that draws the samples). The likelihood is the model's config's; nothing here
+chooses it. Only the Bernoulli and the logistic are densities of the data (`BOUNDED_LIKELIHOODS`);
+the Gaussian's summed squared error is not, so it has no bound.
 
 Sample k's noise is `normal(fold_in(key, k), [B, D])` (D the model's noise width: the latent, or
 every ladder layer), a function of k alone, so a run cut into chunks of K sees exactly the
@@ -32,8 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.data.pixels import to_unit
-from cvae.model.binarization import binarize
+from cvae.model.binarization import binarize, scores_levels
 from cvae.model.objectives import sampling_log_weights_fn
+
+BOUNDED_LIKELIHOODS = ("bernoulli", "logistic")
 
 
 def sample_noise(key: jax.Array, index: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -117,6 +121,15 @@ def binarize_levels(key: jax.Array, images_u8) -> jax.Array:
     return binarize(key, to_unit(jnp.asarray(images_u8).reshape(len(images_u8), -1)))
 
 
+def scored_inputs(key: jax.Array, images_u8, likelihood: str) -> jax.Array:
+    """uint8 pixels [B, ...] -> float32[B, pixels] as the bounds read them: the levels'
+    intensities for the discretised logistic (so its nats are those of the 8-bit data), a
+    binarised draw otherwise."""
+    if scores_levels(likelihood):
+        return to_unit(jnp.asarray(images_u8).reshape(len(images_u8), -1))
+    return binarize_levels(key, images_u8)
+
+
 def test_set_bounds(model, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
                     key: jax.Array, num_samples: int, marginal_samples: int,
                     batch_size: int = 100, chunk: int = 100) -> dict[str, np.ndarray]:
@@ -139,8 +152,8 @@ def test_set_bounds(model, variables: dict, *, images_u8: np.ndarray, labels: np
         rows = slice(start, min(start + batch_size, n))
         pad = batch_size - (rows.stop - rows.start)
         rows_u8 = images_u8[rows].reshape(-1, model.data.pixels)
-        x = binarize_levels(jax.random.fold_in(binarize_key, i),
-                            np.pad(rows_u8, ((0, pad), (0, 0))))
+        x = scored_inputs(jax.random.fold_in(binarize_key, i),
+                          np.pad(rows_u8, ((0, pad), (0, 0))), model.config.likelihood)
         y = jnp.asarray(np.pad(labels[rows], (0, pad)), jnp.int32)
         batch_key = jax.random.fold_in(sample_key, i)
         conditional.append(np.asarray(cond_fn(variables, x, y, batch_key))[:batch_size - pad])

@@ -29,10 +29,21 @@ import jax
 import numpy as np
 
 from cvae.data.pixels import to_unit
+from cvae.data.specs import DIGITS, DatasetSpec
 
 INK = 0.5  # a pixel is ink at or above this intensity (for stroke width)
 ATTRIBUTES = ("slant", "stroke_width")
 TARGET_ACCURACY = 0.95  # a swap must read as the new digit this often to be a transfer
+
+
+def omitted_because(spec: DatasetSpec) -> str | None:
+    """Why `scores` does not apply to dataset `spec`, or None where it does: slant and stroke
+    width are properties of handwritten digits, and every source is swapped to every other
+    class (C - 1 decodings a test image), which only a handful of classes keeps cheap."""
+    if spec.class_names != DIGITS or spec.channels != 1:
+        return (f"label swap measures the slant and stroke width of handwritten digits; "
+                f"{spec.title}'s classes are not the ten grey digits")
+    return None
 
 
 def slant(images: np.ndarray) -> np.ndarray:

@@ -19,8 +19,9 @@ from cvae.evaluation import fidelity
 
 
 def reconstruct(sampler, images_u8: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """uint8[N, 28, 28], i32[N] -> f32[N, 28, 28] in [0, 1]: the posterior mean with the own
-    label, decoded with it, through the sampler's fixed blocks (as `/transfer` does)."""
+    """uint8[N, *stored_shape], i32[N] -> f32[N, *stored_shape] in [0, 1]: the posterior mean
+    with the own label, decoded with it, through the sampler's fixed blocks (as `/transfer`
+    does)."""
     labels = np.asarray(labels, np.int32)
     mean, _, _ = sampler.encode(images_u8, labels)
     return sampler.decode_codes(mean, labels)

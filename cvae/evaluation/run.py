@@ -7,16 +7,18 @@ images, and scores them.
 
 Figures (all on the test set; every one lands in the JSON, the main ones in a table on stdout):
 - ELBO terms (reconstruction, KL, total) and active latent units (per-dimension KL > 0.01 nats).
-- Bernoulli likelihood only: the IWAE bound with K samples as the negative log-likelihood in nats,
-  on the test set binarised once with a fixed seed: conditional -log p(x|y) (true label, K
+- Bernoulli and discretised logistic likelihoods: the IWAE bound with K samples as the negative
+  log-likelihood in nats and bits per dimension, on the test set binarised once with a fixed
+  seed (the logistic: its 8-bit levels as they are): conditional -log p(x|y) (true label, K
   samples) and marginal -log p(x) = -logsumexp_y' [log p(x|y') - log C] (C the dataset's
   classes; the true label's K-sample term plus `iwae_k_marginal` samples for each other label),
   with the built-in check -log p(x|y') bounds in `cvae.evaluation.iwae.check_marginal`.
 - Sample fidelity scored by the dataset's cached classifier (`cvae.evaluation.fidelity`):
   conditional accuracy and Fréchet distance of samples, overall and per class, beside real test
   images.
-- Label swap (`cvae.evaluation.label_swap`): test digits re-decoded with every other label, read
-  by the same classifier, and how much of their slant and stroke width survives.
+- Label swap (`cvae.evaluation.label_swap`; the ten grey digits only, else omitted with the
+  reason): test digits re-decoded with every other label, read by the same classifier, and how
+  much of their slant and stroke width survives.
 - Reconstructions of test digits scored like the samples (`cvae.evaluation.reconstructions`):
   the floor no prior can beat, and the samples' FD against it.
 - Visual reports (`cvae.evaluation.reports`) next to the JSON, or in --report-dir.
@@ -52,6 +54,8 @@ from cvae.errors import ConfigError
 from cvae.limits import DEFAULT_TEMPERATURE
 from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
                              reports)
+from cvae.model.binarization import scores_levels
+from cvae.model.densities import bits_per_dim
 from cvae.model.registry import create_model, noise_dim
 from cvae.model.store import StepChoice, load_trained_model, read_record
 from cvae.sampling.sampler import create_sampler
@@ -62,6 +66,7 @@ from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluat
 # seed`), both scored in the same `cvae eval` run: a model that learnt the data, not one that
 # blurs it.
 FD_RATIO_TARGET = 0.15
+MAX_CLASS_LINES = 20  # the table shows each class's figures up to this many classes
 
 
 class EvalCheckError(RuntimeError):
@@ -89,18 +94,19 @@ def elbo_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray) -> dict[
     """Reconstruction, KL, loss, negative ELBO (nats) and active units on the given test rows."""
     config = checkpoint.config
     eval_step = create_eval_step(create_model(config), config)
-    return evaluate(eval_step, checkpoint.variables,
-                    images=jnp.asarray(images_u8.reshape(len(labels), -1)),
-                    labels=jnp.asarray(labels, jnp.int32), key=run_key(config.seed),
-                    batch_size=min(config.eval_batch_size, len(labels)), config=config)
+    figures = evaluate(eval_step, checkpoint.variables,
+                       images=jnp.asarray(images_u8.reshape(len(labels), -1)),
+                       labels=jnp.asarray(labels, jnp.int32), key=run_key(config.seed),
+                       batch_size=min(config.eval_batch_size, len(labels)), config=config)
+    return {**figures, "bits_per_dim": bits_per_dim(figures["neg_elbo"], config.spec.pixels)}
 
 
 def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
                  *, options: EvalOptions) -> dict:
     config = checkpoint.config
-    if config.likelihood != "bernoulli" or options.iwae_k == 0:
-        why = ("IWAE NLL is defined for the bernoulli likelihood only"
-               if config.likelihood != "bernoulli" else "--iwae-k 0")
+    if config.likelihood not in iwae.BOUNDED_LIKELIHOODS or options.iwae_k == 0:
+        why = (f"IWAE NLL is defined for the {' and '.join(iwae.BOUNDED_LIKELIHOODS)} "
+               f"likelihoods only" if options.iwae_k else "--iwae-k 0")
         return {"iwae": None, "iwae_note": why}
     start = time.perf_counter()
     if options.iwae_limit:
@@ -110,7 +116,9 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
         key=jax.random.key(options.seed), num_samples=options.iwae_k,
         marginal_samples=options.iwae_k_marginal, chunk=options.iwae_chunk)
     result = {"k": options.iwae_k, "k_marginal_other_labels": options.iwae_k_marginal,
-              "examples": int(len(labels)), "binarization": f"dynamic, seed {options.seed}",
+              "examples": int(len(labels)),
+              "binarization": ("none: the 8-bit levels" if scores_levels(config.likelihood)
+                               else f"dynamic, seed {options.seed}"),
               "nll_conditional": float(-bounds["log_px_given_y"].mean())}
     if "log_px" in bounds:
         # Bayes' rule reads the ten labels' bounds of equal K (no label favoured); a model
@@ -120,9 +128,13 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
         check = iwae.check_marginal(bounds["log_px_given_y"], bounds["log_px_given_label"],
                                     bounds["log_px"])
         result["nll_marginal"] = float(-bounds["log_px"].mean())
+        result["bits_per_dim_marginal"] = bits_per_dim(result["nll_marginal"],
+                                                       config.spec.pixels)
         result["marginal_check"] = check
         if not check["ok"]:
             raise EvalCheckError(f"marginal -log p(x) violates its bounds: {check}")
+    result["bits_per_dim_conditional"] = bits_per_dim(result["nll_conditional"],
+                                                      config.spec.pixels)
     result["seconds"] = time.perf_counter() - start
     return {"iwae": result}
 
@@ -213,9 +225,12 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
         results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options=options,
                                                classifier=classifier, baseline=baseline,
                                                sampler=sampler)
-        results["label_swap"] = label_swap.scores(sampler, classifier, images_u8=images_u8,
-                                                  labels=labels,
-                                                  seed=options.seed)
+        swap_omitted = label_swap.omitted_because(config.spec)
+        if swap_omitted:
+            results["label_swap_note"] = swap_omitted
+        else:
+            results["label_swap"] = label_swap.scores(sampler, classifier, images_u8=images_u8,
+                                                      labels=labels, seed=options.seed)
         results["fidelity"]["reconstructions"] = reconstructions.scores(
             sampler, classifier, images_u8=images_u8, labels=labels,
             samples_fd=results["fidelity"]["samples"]["fd"])
@@ -231,16 +246,19 @@ def summary_table(results: dict) -> str:
              f"{drawn['truncation']!r}, sharpness {drawn['pixel_sharpness']!r}",
              f"  {'reconstruction':<34}{elbo['reconstruction']:>10.2f} nats",
              f"  {'KL':<34}{elbo['kl']:>10.2f} nats",
-             f"  {'negative ELBO':<34}{elbo['neg_elbo']:>10.2f} nats",
+             f"  {'negative ELBO':<34}{elbo['neg_elbo']:>10.2f} nats"
+             f"  ({elbo['bits_per_dim']:.4f} bits/dim)",
              f"  {f'active units (KL > {ACTIVE_UNIT_NATS})':<34}{elbo['active_units']:>7d} / "
              f"{results['latent_dim']}"]
     if results.get("iwae"):
         bound = results["iwae"]
         lines.append(f"  {'-log p(x|y), IWAE K=' + str(bound['k']):<34}"
-                     f"{bound['nll_conditional']:>10.2f} nats")
+                     f"{bound['nll_conditional']:>10.2f} nats"
+                     f"  ({bound['bits_per_dim_conditional']:.4f} bits/dim)")
         if "nll_marginal" in bound:
             lines.append(f"  {'-log p(x), K=' + str(bound['k']) + '/' + str(bound['k_marginal_other_labels']):<34}"  # noqa: E501
-                         f"{bound['nll_marginal']:>10.2f} nats  (check "
+                         f"{bound['nll_marginal']:>10.2f} nats  "
+                         f"({bound['bits_per_dim_marginal']:.4f} bits/dim; check "
                          f"{'ok' if bound['marginal_check']['ok'] else 'FAILED'})")
             lines.append(f"  {'argmax_y p(x|y) error, K=' + str(bound['bayes_rule']['k']):<34}"
                          f"{100 * bound['bayes_rule']['error']:>10.2f} %  (Bayes' rule, "
@@ -259,8 +277,11 @@ def summary_table(results: dict) -> str:
                   *(f"  {name:<14}{samples[key]:>10.4f}{real[key]:>11.4f}"
                     for name, key in (("precision", "precision"), ("recall", "recall"),
                                       ("coverage", "coverage"), ("grey pixels", "grey_share")))]
-        for digit in range(len(samples["accuracy_per_digit"])):
-            lines.append(f"  {'  digit ' + str(digit):<14}"
+        classes = len(samples["accuracy_per_digit"])
+        if classes > MAX_CLASS_LINES:
+            lines.append(f"  per class ({classes} classes): in the JSON")
+        for digit in range(classes if classes <= MAX_CLASS_LINES else 0):
+            lines.append(f"  {'  class ' + str(digit):<14}"
                          f"{samples['accuracy_per_digit'][digit]:>10.4f}"
                          f"{real['accuracy_per_digit'][digit]:>11.4f}"
                          f"   FD {samples['fd_per_digit'][digit]:>7.2f}"
@@ -277,6 +298,8 @@ def summary_table(results: dict) -> str:
                          f"{'met' if base['fd_ratio_met'] else 'NOT met'})")
     if "label_swap" in results:
         lines += label_swap.summary_lines(results["label_swap"])
+    elif "label_swap_note" in results:
+        lines.append(f"  label swap: omitted ({results['label_swap_note']})")
     if "reports" in results:
         lines.append(f"  reports: {', '.join(results['reports'].values())}")
     return "\n".join(lines)

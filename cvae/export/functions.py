@@ -88,7 +88,8 @@ def onnx_functions(sampler) -> list[Portable]:
 
     def sample(noise, labels):
         logits = model.apply(variables, noise, labels, onnx_prior_sample, method="generate")
-        return pixel_means(logits, config.pixel_sharpness).reshape(-1, *config.spec.stored_shape)
+        return pixel_means(logits, config.pixel_sharpness, likelihood=config.likelihood
+                           ).reshape(-1, *config.spec.stored_shape)
 
     fns = {"sample": sample,
            "encode": lambda images, labels: sampler.encode_fn(variables, images, labels),

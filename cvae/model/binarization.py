@@ -18,6 +18,13 @@ def binarize(key: jax.Array, images: jax.Array) -> jax.Array:
     return jax.random.bernoulli(key, images).astype(images.dtype)
 
 
+def scores_levels(likelihood: str) -> bool:
+    """Whether the bounds and the prior's fit read the images' 8-bit levels as they are (the
+    discretised logistic, a density over those levels) rather than a binarised draw (the
+    Bernoulli's binary data, and the Gaussian's figures, measured the same way)."""
+    return likelihood == "logistic"
+
+
 def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
     """`binarize` when the run models binary pixels (Bernoulli likelihood, dynamic
     binarisation); otherwise the intensities as they are."""

@@ -1,8 +1,15 @@
 """The densities every model family and objective shares, each written once (in nats).
 
 Latent Gaussians are diagonal, given by (mean, logvar); pixels are Bernoulli (sigmoid
-cross-entropy, the exact negative log-likelihood of binary targets) or the baseline's Gaussian
-(the summed half squared error of sigmoid means).
+cross-entropy, the exact negative log-likelihood of binary targets), the baseline's Gaussian
+(the summed half squared error of sigmoid means), or a discretised logistic over the 256 levels
+of 8-bit data (Salimans et al. 2017, PixelCNN++; Kingma et al. 2016, IAF): one logistic per
+value, its mass on each level the CDF's difference across the level's bin, the two edge bins
+reaching to -inf and +inf, so the 256 masses sum to 1.
+
+The decoder's outputs per image are `outputs_per_value(likelihood)` times the image's values:
+one logit a value, or for the logistic the means f32[..., P] followed by the log-scales
+f32[..., P] (both in units of intensity, [0, 1] = levels 0..255).
 """
 
 from __future__ import annotations
@@ -13,7 +20,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from cvae.data.pixels import MAX_LEVEL
+
 LOG_2PI = math.log(2.0 * math.pi)
+LIKELIHOODS = ("bernoulli", "gaussian", "logistic")
+_HALF_BIN = 0.5 / MAX_LEVEL  # half a level's bin, in intensity units
+# The smallest log-scale the logistic takes (PixelCNN++'s -7 on its [-1, 1] scale): a scale far
+# below one bin would only sharpen a mass that is already 1.
+_MIN_LOG_SCALE = -7.0 - math.log(2.0)
+# Below this mass the CDF difference loses its digits in float32; the density at the bin's
+# centre times its width is used instead (PixelCNN++'s rule).
+_MIN_BIN_MASS = 1e-5
 
 
 def gaussian_log_density(z: jax.Array, mean, logvar) -> jax.Array:
@@ -38,18 +55,64 @@ def gaussian_kl(q: tuple, p: tuple) -> jax.Array:
                   + (jnp.exp(q_logvar) + jnp.square(q_mean - p_mean)) * jnp.exp(-p_logvar))
 
 
-def pixel_means(logits: jax.Array, sharpness: float = 1.0) -> jax.Array:
-    """Decoder logits -> pixel intensities in [0, 1]: the expected ones at sharpness 1, the
-    Bernoulli decoder at temperature 1/s otherwise (rendering only)."""
+def outputs_per_value(likelihood: str) -> int:
+    """Decoder outputs per image value: a logit, or the logistic's mean and log-scale."""
+    return 2 if likelihood == "logistic" else 1
+
+
+def pixel_means(logits: jax.Array, sharpness: float = 1.0, *,
+                likelihood: str = "bernoulli") -> jax.Array:
+    """Decoder outputs f32[..., k * P] -> pixel intensities f32[..., P] in [0, 1]. Bernoulli and
+    Gaussian: the expected ones at sharpness 1, the Bernoulli decoder at temperature 1/s
+    otherwise (rendering only). Logistic: each value's mean, clipped to [0, 1] (the mode of its
+    256 levels but at the edges, and a draw's expectation; sharpness does not apply)."""
+    if likelihood == "logistic":
+        return jnp.clip(logistic_parameters(logits)[0], 0.0, 1.0)
     return jax.nn.sigmoid(sharpness * logits)
 
 
+def logistic_parameters(outputs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Decoder outputs f32[..., 2P] -> (means, log-scales floored at `_MIN_LOG_SCALE`)."""
+    means, log_scales = jnp.split(outputs, 2, axis=-1)
+    return means, jnp.maximum(log_scales, _MIN_LOG_SCALE)
+
+
+def discretized_logistic_log_mass(targets: jax.Array, means: jax.Array,
+                                  log_scales: jax.Array) -> jax.Array:
+    """log P(level) per value: targets = level / 255 in [0, 1], shapes broadcast.
+
+    P = sigmoid((x + h - mu) / s) - sigmoid((x - h - mu) / s), h half a bin; level 0 takes all
+    the mass below its upper edge, level 255 all above its lower edge."""
+    centred = targets - means
+    inverse_scale = jnp.exp(-log_scales)
+    upper = inverse_scale * (centred + _HALF_BIN)
+    lower = inverse_scale * (centred - _HALF_BIN)
+    log_cdf_upper = jax.nn.log_sigmoid(upper)  # level 0: log P(v < x + h)
+    log_survival_lower = jax.nn.log_sigmoid(-lower)  # level 255: log P(v > x - h)
+    mass = jax.nn.sigmoid(upper) - jax.nn.sigmoid(lower)
+    middle = inverse_scale * centred
+    log_density_mid = middle - log_scales - 2.0 * jax.nn.softplus(middle)
+    interior = jnp.where(mass > _MIN_BIN_MASS, jnp.log(jnp.maximum(mass, _MIN_BIN_MASS)),
+                         log_density_mid + math.log(2.0 * _HALF_BIN))
+    level = jnp.round(targets * MAX_LEVEL)
+    return jnp.where(level <= 0, log_cdf_upper,
+                     jnp.where(level >= MAX_LEVEL, log_survival_lower, interior))
+
+
 def reconstruction(logits: jax.Array, targets: jax.Array, likelihood: str) -> jax.Array:
-    """-log p(x | z, y) per example: logits, targets f32[..., P] -> f32[...]."""
+    """-log p(x | z, y) per example: decoder outputs f32[..., k * P] and targets f32[..., P]
+    -> f32[...]. The logistic's is in nats of the 8-bit levels themselves."""
     if likelihood == "bernoulli":
         per_pixel = optax.sigmoid_binary_cross_entropy(logits, targets)
     elif likelihood == "gaussian":
         per_pixel = optax.l2_loss(pixel_means(logits), targets)
+    elif likelihood == "logistic":
+        per_pixel = -discretized_logistic_log_mass(targets, *logistic_parameters(logits))
     else:
-        raise ValueError(f"likelihood={likelihood!r}: allowed bernoulli, gaussian")
+        raise ValueError(f"likelihood={likelihood!r}: allowed {', '.join(LIKELIHOODS)}")
     return per_pixel.sum(axis=-1)
+
+
+def bits_per_dim(nats, values: int):
+    """Nats per image -> bits per value: nats / (values * ln 2), values = H * W * C."""
+    return nats / (values * math.log(2.0))

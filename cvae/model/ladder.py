@@ -30,7 +30,7 @@ from cvae.data.specs import DatasetSpec
 from cvae.model import densities
 from cvae.model.interface import LEARNED_PRIORS, Family, Terms
 from cvae.model.layers import (ACTIVATION_FNS, after_dense, check_conv_shape, image_features,
-                               pixel_logits, soft_clamp)
+                               output_width, pixel_logits, soft_clamp)
 
 
 class LayerTerms(NamedTuple):
@@ -149,7 +149,7 @@ class Ladder(Family):
         if cfg.batch_norm or cfg.dropout_rate > 0:
             self.decoder_blocks = [_Post(cfg) for _ in cfg.hidden_sizes]
         self.pixels = (_PixelHead(cfg, self.data) if cfg.architecture == "conv"
-                       else nn.Dense(self.data.pixels))
+                       else nn.Dense(output_width(cfg, self.data)))
         self.setup_prior(dims[-1])
 
     @property
@@ -244,8 +244,8 @@ class Ladder(Family):
                            sampling_prior=sampling_prior)
 
     def _terms(self, images, labels, *, logits, layers, sampling_prior) -> Terms:
-        log_px = -densities.reconstruction(logits, jnp.broadcast_to(images, logits.shape),
-                                           self.config.likelihood)
+        targets = jnp.broadcast_to(images, logits.shape[:-1] + images.shape[-1:])
+        log_px = -densities.reconstruction(logits, targets, self.config.likelihood)
         *lower, top = layers
         log_q = [densities.gaussian_log_density(t.z, t.q_mean, t.q_logvar) for t in layers]
         log_p_lower = [densities.gaussian_log_density(t.z, t.p_mean, t.p_logvar) for t in lower]

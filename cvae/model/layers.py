@@ -18,6 +18,7 @@ from cvae.config import Config
 from cvae.data.specs import DatasetSpec
 from cvae.errors import ConfigError
 from cvae.model import convolution
+from cvae.model.densities import outputs_per_value
 
 ACTIVATION_FNS: dict[str, Callable] = {
     "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
@@ -33,12 +34,17 @@ def soft_clamp(x: jax.Array, bound: float) -> jax.Array:
 
 
 def check_conv_shape(data: DatasetSpec) -> None:
-    """ConfigError unless both image sides halve twice: the conv stack's one constraint."""
-    if data.height % CONV_DOWNSAMPLING or data.width % CONV_DOWNSAMPLING:
+    """ConfigError unless both image sides halve twice: the conv stack's one constraint. The
+    message names the sides nearest to the bad ones that it takes."""
+    bad = [side for side in (data.height, data.width) if side % CONV_DOWNSAMPLING]
+    if bad:
+        nearest = sorted({max(CONV_DOWNSAMPLING, (side // CONV_DOWNSAMPLING + up)
+                              * CONV_DOWNSAMPLING) for side in bad for up in (0, 1)})
         raise ConfigError(
             f"architecture='conv': {data.name}'s {data.height}x{data.width} images do not "
             f"halve twice; the conv stack takes sides that are multiples of {CONV_DOWNSAMPLING} "
-            f"(e.g. 8, 28, 32, 64); use --architecture mlp")
+            f"(nearest: {', '.join(map(str, nearest))}; e.g. 8, 28, 32, 64): resize the "
+            f"images, or use --architecture mlp")
 
 
 def after_dense(h: jax.Array, config: Config, *, train: bool) -> jax.Array:
@@ -90,12 +96,18 @@ def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.
     return h.reshape(*lead, -1)
 
 
+def output_width(config: Config, data: DatasetSpec) -> int:
+    """The decoder's outputs per image: the likelihood's parameters for every value."""
+    return data.pixels * outputs_per_value(config.likelihood)
+
+
 def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
-    """The last hidden layer f32[..., B, W] -> pixel logits f32[..., B, P]: one dense layer, or
-    with `architecture="conv"` a dense map at a quarter of the side and two transposed
+    """The last hidden layer f32[..., B, W] -> decoder outputs f32[..., B, k * P]
+    (`output_width`; k parameters a value, each parameter's P values together): one dense
+    layer, or with `architecture="conv"` a dense map at a quarter of the side and two transposed
     convolutions. Call it inside a module's compact method."""
     if config.architecture != "conv":
-        return nn.Dense(data.pixels)(h)
+        return nn.Dense(output_width(config, data))(h)
     act = ACTIVATION_FNS[config.activation]
     lead = h.shape[:-1]
     side_h, side_w = data.height // CONV_DOWNSAMPLING, data.width // CONV_DOWNSAMPLING
@@ -103,8 +115,11 @@ def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
     h = act(nn.Dense(side_h * side_w * deepest)(h)).reshape(-1, side_h, side_w, deepest)
     for features in CONV_FEATURES[-2::-1]:
         h = act(convolution.ConvTranspose(features)(h))
-    h = convolution.ConvTranspose(data.channels)(h)
-    return h.reshape(*lead, data.pixels)
+    per_value = outputs_per_value(config.likelihood)
+    h = convolution.ConvTranspose(data.channels * per_value)(h)
+    if per_value > 1:  # [N, H, W, k * C] -> [N, k, H, W, C]: each parameter's image together
+        h = jnp.moveaxis(h.reshape(*h.shape[:-1], per_value, data.channels), -2, 1)
+    return h.reshape(*lead, output_width(config, data))
 
 
 class Classifier(nn.Module):

@@ -8,9 +8,9 @@ N(0, I) for a one-layer VAE, Tomczak and Welling 2018, Table 2) and samples from
 decoder was trained.
 
 - VampPrior (Tomczak and Welling 2018), class-conditional: p(z | y) = (1/K) sum_k q(z | u_yk, y),
-  the encoder's own posterior at K learnt pseudo-inputs u_yk in (0, 1)^784 per class (the
-  sigmoid of free parameters). Its components move with the encoder, so they are computed from
-  the current parameters at each use (`vamp_components`: 10 K encoder rows).
+  the encoder's own posterior at K learnt pseudo-inputs u_yk in (0, 1)^P per class (P = H * W
+  * C; the sigmoid of free parameters). Its components move with the encoder, so they are
+  computed from the current parameters at each use (`vamp_components`: classes x K encoder rows).
 - Learned mixture: per class, K diagonal Gaussians with free means, log-variances (soft-clamped,
   as the encoder's) and mixture logits.
 

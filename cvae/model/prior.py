@@ -17,8 +17,8 @@ A truncation (`Config.truncation`, a quantile q < 1) then pulls a noise vector l
 N(0, I)'s q-quantile radius in onto that radius, after the component is chosen: the samples that
 a classifier reads as another digit sit mostly in the components' tails (docs/model.md).
 
-Parameters, in the flax variable collection "prior" as variable "mixture": weights f32[10, C],
-means f32[10, C, L], scale_tril f32[10, C, L, L].
+Parameters, in the flax variable collection "prior" as variable "mixture": weights f32[K, C] (K
+the dataset's classes), means f32[K, C, L], scale_tril f32[K, C, L, L].
 """
 
 from __future__ import annotations
@@ -129,9 +129,9 @@ def log_density_batched(prior: dict, z: jax.Array, labels: jax.Array) -> jax.Arr
 
 
 def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
-                  batch_size: int = 1000):
-    """`fit_fn(variables, images_u8 u8[N, 784], table, mask, key) -> prior` for a model whose
-    `encode_fn(variables, images f32[B, 784], labels) -> (mean, logvar)`.
+                  batch_size: int = 1000, binarized: bool = True):
+    """`fit_fn(variables, images_u8 u8[N, P], table, mask, key) -> prior` for a model whose
+    `encode_fn(variables, images f32[B, P], labels) -> (mean, logvar)`, P = H * W * C.
 
     One code per training image, from a binarised copy of it (the encoder is trained on
     binarised digits): with codes="samples" a draw z ~ q(z | x, y), so the mixture fits the
@@ -153,7 +153,7 @@ def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
 
         def codes_of(start):
             rows = to_unit(jax.lax.dynamic_slice_in_dim(images_u8, start, size))
-            x = binarize(jax.random.fold_in(binarize_key, start), rows)
+            x = binarize(jax.random.fold_in(binarize_key, start), rows) if binarized else rows
             mean, logvar = encode_fn(variables, x,
                                      jax.lax.dynamic_slice_in_dim(labels, start, size))
             if codes == "means":
@@ -201,7 +201,8 @@ def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, com
         count = jnp.maximum(jnp.sum(w), 1.0)
         # Start: the means of `components` distinct random members, the class covariance.
         scores = jnp.where(valid, jax.random.uniform(class_key, valid.shape), 2.0)
-        start = x[jnp.argsort(scores)[:components]]
+        # (cycling through the members when the widest class has fewer rows than components)
+        start = x[jnp.argsort(scores)[jnp.arange(components) % x.shape[0]]]
         centred = x - jnp.sum(w[:, None] * x, axis=0) / count
         cov = (w[:, None] * centred).T @ centred / count + _COVARIANCE_FLOOR * jnp.eye(x.shape[1])
         # A component needs several codes a dimension, or its covariance collapses onto the

@@ -50,7 +50,8 @@ def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        return pixel_means(logits, config.pixel_sharpness).reshape(-1, *shape)
+        return pixel_means(logits, config.pixel_sharpness,
+                           likelihood=config.likelihood).reshape(-1, *shape)
 
     return decode
 

@@ -27,6 +27,7 @@ from cvae.data.load import Dataset
 from cvae.data.splits import split_training_set
 from cvae.errors import ConfigError
 from cvae.model import learned_prior
+from cvae.model.binarization import scores_levels
 from cvae.model import prior as prior_lib
 from cvae.model.interface import LEARNED_PRIORS
 from cvae.model.registry import create_model
@@ -75,7 +76,8 @@ def create_prior_fit(model, config: Config, supervision: Supervision):
         return None
     fit_fn = prior_lib.create_fit_fn(
         lambda variables, x, y: model.apply(variables, x, y, method="encode"),
-        components=config.prior_components, codes=config.prior_codes)
+        components=config.prior_components, codes=config.prior_codes,
+        binarized=not scores_levels(config.likelihood))
     prior_labels = supervision.create_prior_labels(model)
 
     def fit(state, images, labels, key):

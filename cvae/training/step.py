@@ -172,7 +172,7 @@ def device_arrays(images, labels) -> tuple[jax.Array, jax.Array]:
 
 
 def to_batch(images_u8: jax.Array, labels: jax.Array) -> Batch:
-    """uint8[B, 784] pixels -> the float batch the model reads."""
+    """uint8[B, H * W * C] pixels -> the float batch the model reads."""
     return {"image": to_unit(images_u8), "label": labels.astype(jnp.int32)}
 
 
