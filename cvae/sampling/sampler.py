@@ -4,9 +4,9 @@ A request is (digit or all digits, n, seed, temperature). Its latents depend onl
 values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding runs on
 padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), so a row's
 pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
-whether it was decoded alone or batched with others. The sampler also encodes (the posterior
-q(z|x,y) of given images, for style transfer) through the same blocks, with the same guarantee.
-Noise is `Sampler.noise_dim` wide, codes `latent_dim`: the ladder's every layer and top layer.
+whether it was decoded alone or batched with others. It also encodes (q(z|x,y) of given images,
+for style transfer) through the same blocks, with the same guarantee. Noise is
+`Sampler.noise_dim` wide, codes `latent_dim`: the ladder's every layer and top layer.
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ DIGITS = tuple(range(MNIST.num_classes))  # MNIST's labels (bench, tests); `Samp
 
 
 def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
-    """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images f32[B, h, w] in [0, 1]`
-    (the dataset spec's `stored_shape`).
-
-    z is the sampling noise, N(0, t^2 I), `noise_dim` wide; the model's prior maps it to its
-    latent (the identity for the standard prior). With `codes`, z are codes (`code_dim` wide)
-    decoded as they are: for the ladder, the top layer's, the layers below at their means.
+    """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images in [0, 1]` (f32, the
+    spec's `stored_shape`). z is the sampling noise, N(0, t^2 I), `noise_dim` wide; the
+    model's prior maps it to its latent (the identity for the standard prior). With `codes`, z
+    are codes (`code_dim` wide) decoded as they are: for the ladder, the top layer's, the
+    layers below at their means.
     """
     method = "decode" if codes else "generate"
     shape = config.spec.stored_shape
@@ -50,8 +49,8 @@ def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        return pixel_means(logits, config.pixel_sharpness,
-                           likelihood=config.likelihood).reshape(-1, *shape)
+        pixels = pixel_means(logits, config.pixel_sharpness, likelihood=config.likelihood)
+        return pixels.reshape(-1, *shape)
 
     return decode
 
