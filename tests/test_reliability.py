@@ -63,10 +63,9 @@ def kill_repeatedly(command, directory, seed: int, max_kills: int = 6,
 @pytest.mark.determinism
 def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_dir, reference,
                                                                           tmp_path):
-    """Up to 6 SIGKILLs, each at a seeded random moment soon after the run writes something new
-    in its checkpoint directory: kills land inside saves, between steps and in the final writes
-    (measured: in a `32.orbax-checkpoint-tmp` save, after step 96, after the loss curve)."""
-    kills = kill_repeatedly(train_command(data_dir, tmp_path), tmp_path, seed=1234)
+    """Up to 4 SIGKILLs, each at a seeded random moment soon after the run writes something new
+    in its checkpoint directory, so that kills land inside saves and between steps."""
+    kills = kill_repeatedly(train_command(data_dir, tmp_path), tmp_path, seed=1234, max_kills=4)
     result = subprocess.run(train_command(data_dir, tmp_path), capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -138,9 +137,10 @@ def test_disk_full_during_save_says_so_and_keeps_the_previous_checkpoint(data_di
     assert not list(checkpoint_dir.glob("*orbax-checkpoint-tmp*"))  # the partial save is gone
 
 
+# Two epochs (32 steps): room for a kill after the first save and a resume from it.
 LEVER_FLAGS = ["--model", "ladder", "--stochastic-layers", "2", "--upper-latent-dim", "2",
                "--objective", "dreg", "--importance-samples", "3", "--prior", "learned_mixture",
-               "--prior-components", "3"]
+               "--prior-components", "3", "--epochs", "2"]
 
 
 @pytest.mark.determinism
@@ -159,6 +159,6 @@ def test_a_model_lever_run_resumes_exactly_after_sigkill(data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert kills >= 1
     reference, final = load_checkpoint(reference_dir), load_checkpoint(killed_dir)
-    assert final.step == reference.step == 96
+    assert final.step == reference.step == 32
     assert tree_equal(final.state.params, reference.state.params)
     assert tree_equal(final.state.prior, reference.state.prior)
