@@ -3,7 +3,7 @@ free loopback ports (`cvae launch`, or `cvae train` with explicit flags), gloo c
 
 Every run of the test config trains the same 64 steps (4 epochs of 16), so each must end
 bit-identical to one reference: a single process with 2 host devices, the same mesh as 2
-processes x 1 device. The model levers' run (2 epochs) has its own such reference.
+processes x 1 device. The model levers' run (2 epochs of 8) has its own such reference.
 """
 
 import json
@@ -154,18 +154,21 @@ def reference(reference_dir):
     return load_checkpoint(reference_dir)
 
 
+# Two epochs of 8 steps: enough for the write-once claims, which are per epoch. (Steps of two
+# processes cost far more CPU time than one process's: each waits on the other's collectives.)
 LEVER_FLAGS = ["--model", "ladder", "--stochastic-layers", 2, "--upper-latent-dim", 2,
                "--objective", "dreg", "--importance-samples", 3, "--prior", "vamp",
-               "--pseudo-inputs", 2, "--epochs", 2]
-LEVER_EPOCHS = 2
+               "--pseudo-inputs", 2, "--epochs", 2, "--train-limit", 128]
+LEVER_EPOCHS, LEVER_STEPS_PER_EPOCH = 2, 8
 
 
 @pytest.fixture(scope="module")
 def lever_runs(data_dir, tmp_path_factory) -> Path:
     """The model levers at once (a two-layer ladder trained with DReG, K = 3, under a
-    VampPrior), 2 epochs: `one/` as one process with two devices, then `two/` as two processes
-    (`cvae launch`) over a copy of `one/` with --fresh, the launch's exit code and console in
-    `launch.json`. Once a session (the lever programs take long to compile); read-only."""
+    VampPrior), 2 epochs of 8 steps: `one/` as one process with two devices, then `two/` as two
+    processes (`cvae launch`) over a copy of `one/` with --fresh, the launch's exit code and
+    console in `launch.json`. Once a session (the lever programs take long to compile);
+    read-only."""
     def build(directory):
         result = train(data_dir, directory / "one", *LEVER_FLAGS)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -178,11 +181,13 @@ def lever_runs(data_dir, tmp_path_factory) -> Path:
 
 @pytest.mark.determinism
 def test_two_processes_equal_one_process_with_two_devices_and_write_once(lever_runs):
+    """The model levers' two processes (`lever_runs`) end bit-identical to one process with two
+    devices, and only process 0 writes."""
     launched = json.loads((lever_runs / "launch.json").read_text())
     code, output, run = launched["code"], launched["output"], lever_runs / "two"
     assert code == 0, output[-3000:]
     reference, final = load_checkpoint(lever_runs / "one"), load_checkpoint(run)
-    assert final.step == reference.step == LEVER_EPOCHS * STEPS_PER_EPOCH
+    assert final.step == reference.step == LEVER_EPOCHS * LEVER_STEPS_PER_EPOCH
     assert tree_equal(final.state.params, reference.state.params)
     assert tree_equal(final.state.opt_state, reference.state.opt_state)
     # One writer: one metrics line per epoch, one TensorBoard file, one report per epoch on the
@@ -191,7 +196,7 @@ def test_two_processes_equal_one_process_with_two_devices_and_write_once(lever_r
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
     assert len(list((run / "tensorboard").iterdir())) == 1
     for epoch in range(1, LEVER_EPOCHS + 1):
-        assert output.count(f"epoch {epoch} step {epoch * STEPS_PER_EPOCH}:") == 1, output
+        assert output.count(f"epoch {epoch} step {epoch * LEVER_STEPS_PER_EPOCH}:") == 1, output
     assert output.count(f"trained to step {final.step}") == 1
     assert sorted(p.name for p in (run / "samples").iterdir()) == [
         f"epoch_{e:03d}.png" for e in range(1, LEVER_EPOCHS + 1)]
@@ -209,7 +214,7 @@ def test_the_model_levers_train_the_same_as_two_processes(lever_runs):
     launched = json.loads((lever_runs / "launch.json").read_text())
     assert launched["code"] == 0, launched["output"][-3000:]
     reference, final = load_checkpoint(lever_runs / "one"), load_checkpoint(lever_runs / "two")
-    assert final.step == reference.step == LEVER_EPOCHS * STEPS_PER_EPOCH
+    assert final.step == reference.step == LEVER_EPOCHS * LEVER_STEPS_PER_EPOCH
     assert tree_equal(final.state.params, reference.state.params)
     assert tree_equal(final.state.opt_state, reference.state.opt_state)
     assert tree_equal(final.state.prior, reference.state.prior)
@@ -237,14 +242,15 @@ def test_sigterm_to_the_launcher_saves_then_one_process_resumes(data_dir, refere
 @pytest.mark.determinism
 def test_killed_process_stops_the_other_then_two_processes_resume(data_dir, reference_dir,
                                                                   reference, tmp_path, group):
-    """1 -> 2: one epoch as 1 process (the reference's); then 2 processes, one SIGKILLed; rerun
-    resumes."""
-    shutil.copytree(reference_dir / str(STEPS_PER_EPOCH), tmp_path / str(STEPS_PER_EPOCH))
+    """1 -> 2: two epochs as 1 process (the reference's); then 2 processes, one SIGKILLed;
+    rerun resumes."""
+    start = 2 * STEPS_PER_EPOCH
+    shutil.copytree(reference_dir / str(start), tmp_path / str(start))
     # A long grace, so that the survivor's own exit is what the launcher reports.
     launcher = group.start(launch_command(data_dir, tmp_path, "--heartbeat-timeout",
                                           HEARTBEAT_TIMEOUT, grace=EXIT_BOUND * 2),
                            env=environment())
-    wait_for_step(tmp_path, launcher, after=STEPS_PER_EPOCH)
+    wait_for_step(tmp_path, launcher, after=start)
     survivor, victim = worker(launcher.pid, 0), worker(launcher.pid, 1)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
