@@ -141,8 +141,8 @@ def assert_same_run(directory: Path, reference) -> None:
 @pytest.fixture(scope="module")
 def reference_dir(data_dir, tmp_path_factory):
     """The uninterrupted run: one process, two host devices (once a session, shared by the
-    xdist workers; read-only). It keeps every epoch's checkpoint, so a test can start from its
-    first epoch as a one-process run would have left it."""
+    xdist workers; read-only). It keeps every epoch's checkpoint, so a test can start from an
+    epoch as a one-process run would have left it."""
     def build(directory):
         result = train(data_dir, directory, "--keep-checkpoints", TOTAL_STEPS // STEPS_PER_EPOCH)
         assert result.returncode == 0, result.stderr[-3000:]
