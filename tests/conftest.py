@@ -89,7 +89,7 @@ def four_device_runs(tmp_path_factory) -> dict:
     """Each data-parallel case trained on one and on four host devices in one 4-device
     subprocess (tests/four_devices.py), once a session: {"default" | "lever" | "semi": its
     losses, shardings and restored checkpoint}, and "directory", where its runs are (read-only).
-    About 60 CPU-seconds, most of it compiling the lever programs."""
+    About 110 CPU-seconds, most of it compiling the lever programs."""
     import four_devices
 
     directory = shared_directory(tmp_path_factory, "four-devices", four_devices.run)
