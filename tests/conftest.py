@@ -84,6 +84,18 @@ def few_label_run(tmp_path_factory) -> TrainedRun:
     return shared_train_run(tmp_path_factory, "few-label-run", config, synthetic_dataset(256))
 
 
+@pytest.fixture(scope="session")
+def four_device_runs(tmp_path_factory) -> dict:
+    """Each data-parallel case trained on one and on four host devices in one 4-device
+    subprocess (tests/four_devices.py), once a session: {"default" | "lever" | "semi": its
+    losses, shardings and restored checkpoint}, and "directory", where its runs are (read-only).
+    About 110 CPU-seconds, most of it compiling the lever programs."""
+    import four_devices
+
+    directory = shared_directory(tmp_path_factory, "four-devices", four_devices.run)
+    return {**four_devices.results(directory), "directory": directory}
+
+
 def train_run(directory: Path, config: Config, data: Dataset) -> TrainedRun:
     train_and_evaluate(config, data, directory, callbacks=[Checkpointer()])
     steps = tuple(sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()))

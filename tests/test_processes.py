@@ -1,8 +1,9 @@
 """Training as N processes on JAX's distributed runtime: real `jax.distributed` processes on
 free loopback ports (`cvae launch`, or `cvae train` with explicit flags), gloo collectives.
 
-Every run trains the same 64 steps (4 epochs of 16), so each must end bit-identical to one
-reference: a single process with 2 host devices, the same mesh as 2 processes x 1 device.
+Every run of the test config trains the same 64 steps (4 epochs of 16), so each must end
+bit-identical to one reference: a single process with 2 host devices, the same mesh as 2
+processes x 1 device. The model levers' run (2 epochs of 8) has its own such reference.
 """
 
 import json
@@ -140,9 +141,10 @@ def assert_same_run(directory: Path, reference) -> None:
 @pytest.fixture(scope="module")
 def reference_dir(data_dir, tmp_path_factory):
     """The uninterrupted run: one process, two host devices (once a session, shared by the
-    xdist workers; read-only)."""
+    xdist workers; read-only). It keeps every epoch's checkpoint, so a test can start from an
+    epoch as a one-process run would have left it."""
     def build(directory):
-        result = train(data_dir, directory)
+        result = train(data_dir, directory, "--keep-checkpoints", TOTAL_STEPS // STEPS_PER_EPOCH)
         assert result.returncode == 0, result.stderr[-3000:]
     return shared_directory(tmp_path_factory, "processes-reference", build)
 
@@ -152,47 +154,67 @@ def reference(reference_dir):
     return load_checkpoint(reference_dir)
 
 
-@pytest.mark.determinism
-def test_two_processes_equal_one_process_with_two_devices_and_write_once(
-        data_dir, reference_dir, reference, tmp_path):
-    previous = shutil.copytree(reference_dir, tmp_path / "ck")  # for --fresh to set aside
-    (previous / "tensorboard").rename(tmp_path / "old-tensorboard")
-    code, output = launch(data_dir, previous, "--fresh")
-    assert code == 0, output[-3000:]
-    assert_same_run(previous, reference)
-    # One writer: one metrics line per epoch, one TensorBoard file, one report per epoch on the
-    # console, one final line, one folder for the run --fresh set aside (with its files).
-    lines = (previous / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3, 4]
-    assert len(list((previous / "tensorboard").iterdir())) == 1
-    for epoch in range(1, 5):
-        assert output.count(f"epoch {epoch} step {epoch * STEPS_PER_EPOCH}:") == 1, output
-    assert output.count("trained to step 64") == 1
-    assert sorted(p.name for p in (previous / "samples").iterdir()) == [
-        f"epoch_{e:03d}.png" for e in range(1, 5)]
-    replaced = [p for p in previous.iterdir() if p.name.startswith("replaced-")]
-    assert len(replaced) == 1
-    assert {"metrics.jsonl", "samples", str(TOTAL_STEPS)} <= {p.name for p in
-                                                             replaced[0].iterdir()}
-    assert not list(previous.glob(".write-test*"))
-
-
+# Two epochs of 8 steps: enough for the write-once claims, which are per epoch. (Steps of two
+# processes cost far more CPU time than one process's: each waits on the other's collectives.)
 LEVER_FLAGS = ["--model", "ladder", "--stochastic-layers", 2, "--upper-latent-dim", 2,
                "--objective", "dreg", "--importance-samples", 3, "--prior", "vamp",
-               "--pseudo-inputs", 2, "--epochs", 2]
+               "--pseudo-inputs", 2, "--epochs", 2, "--train-limit", 128]
+LEVER_EPOCHS, LEVER_STEPS_PER_EPOCH = 2, 8
+
+
+@pytest.fixture(scope="module")
+def lever_runs(data_dir, tmp_path_factory) -> Path:
+    """The model levers at once (a two-layer ladder trained with DReG, K = 3, under a
+    VampPrior), 2 epochs of 8 steps: `one/` as one process with two devices, then `two/` as two
+    processes (`cvae launch`) over a copy of `one/` with --fresh, the launch's exit code and
+    console in `launch.json`. Once a session (the lever programs take long to compile);
+    read-only."""
+    def build(directory):
+        result = train(data_dir, directory / "one", *LEVER_FLAGS)
+        assert result.returncode == 0, result.stderr[-3000:]
+        previous = shutil.copytree(directory / "one", directory / "two")  # for --fresh
+        (previous / "tensorboard").rename(directory / "old-tensorboard")
+        code, output = launch(data_dir, previous, *LEVER_FLAGS, "--fresh")
+        (directory / "launch.json").write_text(json.dumps({"code": code, "output": output}))
+    return shared_directory(tmp_path_factory, "processes-levers", build)
 
 
 @pytest.mark.determinism
-def test_the_model_levers_train_the_same_as_two_processes(data_dir, tmp_path):
+def test_two_processes_equal_one_process_with_two_devices_and_write_once(lever_runs):
+    """The model levers' two processes (`lever_runs`) end bit-identical to one process with two
+    devices, and only process 0 writes."""
+    launched = json.loads((lever_runs / "launch.json").read_text())
+    code, output, run = launched["code"], launched["output"], lever_runs / "two"
+    assert code == 0, output[-3000:]
+    reference, final = load_checkpoint(lever_runs / "one"), load_checkpoint(run)
+    assert final.step == reference.step == LEVER_EPOCHS * LEVER_STEPS_PER_EPOCH
+    assert tree_equal(final.state.params, reference.state.params)
+    assert tree_equal(final.state.opt_state, reference.state.opt_state)
+    # One writer: one metrics line per epoch, one TensorBoard file, one report per epoch on the
+    # console, one final line, one folder for the run --fresh set aside (with its files).
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    assert len(list((run / "tensorboard").iterdir())) == 1
+    for epoch in range(1, LEVER_EPOCHS + 1):
+        assert output.count(f"epoch {epoch} step {epoch * LEVER_STEPS_PER_EPOCH}:") == 1, output
+    assert output.count(f"trained to step {final.step}") == 1
+    assert sorted(p.name for p in (run / "samples").iterdir()) == [
+        f"epoch_{e:03d}.png" for e in range(1, LEVER_EPOCHS + 1)]
+    replaced = [p for p in run.iterdir() if p.name.startswith("replaced-")]
+    assert len(replaced) == 1
+    assert {"metrics.jsonl", "samples", str(final.step)} <= {p.name for p in
+                                                            replaced[0].iterdir()}
+    assert not list(run.glob(".write-test*"))
+
+
+@pytest.mark.determinism
+def test_the_model_levers_train_the_same_as_two_processes(lever_runs):
     """A two-layer ladder trained with DReG (K = 3) under a VampPrior: two processes end
     bit-identical to one process with two devices."""
-    one, two = tmp_path / "one", tmp_path / "two"
-    result = train(data_dir, one, *LEVER_FLAGS)
-    assert result.returncode == 0, result.stderr[-3000:]
-    code, output = launch(data_dir, two, *LEVER_FLAGS)
-    assert code == 0, output[-3000:]
-    reference, final = load_checkpoint(one), load_checkpoint(two)
-    assert final.step == reference.step == 2 * STEPS_PER_EPOCH
+    launched = json.loads((lever_runs / "launch.json").read_text())
+    assert launched["code"] == 0, launched["output"][-3000:]
+    reference, final = load_checkpoint(lever_runs / "one"), load_checkpoint(lever_runs / "two")
+    assert final.step == reference.step == LEVER_EPOCHS * LEVER_STEPS_PER_EPOCH
     assert tree_equal(final.state.params, reference.state.params)
     assert tree_equal(final.state.opt_state, reference.state.opt_state)
     assert tree_equal(final.state.prior, reference.state.prior)
@@ -218,16 +240,17 @@ def test_sigterm_to_the_launcher_saves_then_one_process_resumes(data_dir, refere
 
 
 @pytest.mark.determinism
-def test_killed_process_stops_the_other_then_two_processes_resume(data_dir, reference,
-                                                                  tmp_path, group):
-    """1 -> 2: one epoch as 1 process; then 2 processes, one SIGKILLed; rerun resumes."""
-    first = train(data_dir, tmp_path, "--max-steps", STEPS_PER_EPOCH)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_killed_process_stops_the_other_then_two_processes_resume(data_dir, reference_dir,
+                                                                  reference, tmp_path, group):
+    """1 -> 2: two epochs as 1 process (the reference's); then 2 processes, one SIGKILLed;
+    rerun resumes."""
+    start = 2 * STEPS_PER_EPOCH
+    shutil.copytree(reference_dir / str(start), tmp_path / str(start))
     # A long grace, so that the survivor's own exit is what the launcher reports.
     launcher = group.start(launch_command(data_dir, tmp_path, "--heartbeat-timeout",
                                           HEARTBEAT_TIMEOUT, grace=EXIT_BOUND * 2),
                            env=environment())
-    wait_for_step(tmp_path, launcher, after=STEPS_PER_EPOCH)
+    wait_for_step(tmp_path, launcher, after=start)
     survivor, victim = worker(launcher.pid, 0), worker(launcher.pid, 1)
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
