@@ -69,12 +69,14 @@ test-profile: setup ## the suite's CPU-seconds per test, costliest first, into .
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
 # says what varies them): the sampler's claims in subprocesses (valgrind, Debian's package,
 # installed here if missing, emulates a CPU with AVX2 and no AVX-512), then every test marked
-# `determinism` (resume, process counts, the sampler) again under each XLA flag in KERNEL_FLAGS.
+# `determinism` (resume, process counts, the sampler) again under the production flags (none:
+# `make test` compiles with LLVM's passes off, tests/conftest.py says why) and under each XLA
+# flag in KERNEL_FLAGS. An XLA_FLAGS that is set, even empty, is kept by tests/conftest.py.
 KERNEL_FLAGS := --xla_cpu_max_isa=SSE4_2 --xla_cpu_experimental_ynn_fusion_type=
 test-kernels: setup ## the bit-identity claims again under other CPU kernels (valgrind, XLA flags)
 	command -v valgrind >/dev/null || (apt-get install -y -qq valgrind || (apt-get update -qq && apt-get install -y -qq valgrind))
-	$(BIN)/python -m pytest -m kernels -n auto $(ARGS)
-	for flag in $(KERNEL_FLAGS); do \
+	XLA_FLAGS= $(BIN)/python -m pytest -m kernels -n auto $(ARGS)
+	for flag in "" $(KERNEL_FLAGS); do \
 		XLA_FLAGS=$$flag $(BIN)/python -m pytest -m "determinism and not kernels" -n auto $(ARGS) || exit 1; \
 	done
 

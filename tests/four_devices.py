@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from host_devices import with_host_devices
+
 LEVERS = {"objective": "dreg", "importance_samples": 3, "prior": "vamp", "pseudo_inputs": 2,
           "model": "ladder", "stochastic_layers": 2, "upper_latent_dim": 2}
 SEMI = {"labels": "20", "labelled_per_batch": 4, "validation_size": 32, "epochs": 1,
@@ -24,8 +26,7 @@ SEMI = {"labels": "20", "labelled_per_batch": 4, "validation_size": 32, "epochs"
 
 def run(directory: Path) -> None:
     """This file as a 4-device subprocess writing into `directory`."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu"}
+    env = with_host_devices({**os.environ, "JAX_PLATFORMS": "cpu"}, 4)
     result = subprocess.run([sys.executable, __file__, str(directory)], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_directory
+from host_devices import with_host_devices
 from cvae.training.checkpoints import load_checkpoint
 from trees import tree_equal
 
@@ -35,12 +36,10 @@ EXIT_BOUND = HEARTBEAT_TIMEOUT + 30
 
 def environment(devices: int = 1) -> dict:
     """This environment without device flags or anything JAX's cluster detection would read."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"
-           and not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "JAX_LOCAL_DEVICE"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "JAX_LOCAL_DEVICE"))}
     env["JAX_PLATFORMS"] = "cpu"
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return env
+    return with_host_devices(env, devices)
 
 
 def train_flags(data_dir, checkpoint_dir, *extra) -> list[str]:
