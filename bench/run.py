@@ -1,4 +1,5 @@
-"""`make bench`: training, multi-process and service benchmarks -> BENCHMARKS.md.
+"""`make bench`: training, multi-process, service and data-preparation benchmarks ->
+BENCHMARKS.md.
 
     python -m bench.run [--quick] [--data-dir data] [--checkpoint-dir checkpoints] [--out FILE]
                         [--no-service] [--no-distributed]
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import bench_classify, bench_distributed, bench_train
+from bench import bench_classify, bench_distributed, bench_prepare, bench_train
 from bench.machine import gemm_gflops, measured_machine
 from bench.machine import markdown as machine_markdown
 from bench.rounds import RATIO_RULE
@@ -213,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick, **(bench_distributed.QUICK if args.quick else {}))
         results["distributed"] = distributed_results
         distributed = bench_distributed.markdown(distributed_results, machine.tag)
+    if args.quick:
+        prepare = "_Skipped: --quick (70,000 PNGs take about a minute)._"
+    else:
+        log("preparing the example data sets (bench/bench_prepare.py)")
+        results["prepare"] = bench_prepare.measure()
+        prepare = bench_prepare.markdown(results["prepare"], machine.tag)
     machine = dataclasses.replace(machine, gemm_gflops_end=gemm_gflops())
     results["machine"] = {**dataclasses.asdict(machine), "tag": machine.tag}
     header = (f"# Benchmarks\n\nWritten by `python -m bench.run{' --quick' if args.quick else ''}`"
@@ -224,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             + "\n\n## Training\n\n" + training_markdown(results, machine.tag)
             + "\n\n## Multi-process training\n\n" + distributed + "\n## Service\n\n"
             + service + "\n\n## Export: ONNX Runtime against the JAX sampler\n\n" + export
-            + "\n")
+            + "\n\n## Preparing your own images\n\n" + prepare + "\n")
     text += "\n## Targets, and where we fall short\n\n" + shortfalls(results, machine.tag) + "\n"
     Path(args.out).write_text(text)
     if args.json:

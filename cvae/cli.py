@@ -209,11 +209,12 @@ def cmd_train(args) -> int:
     if args.print_config:
         print(config_toml.to_toml(config, header=PRINTED_HEADER), end="")
         return 0
+    # Training never opens the test files: selection uses the validation split
+    # (cvae/data/splits.py). Loaded before the checkpoint dir is made, so data that is refused
+    # (too large, or not what the model was trained on) leaves no empty run behind.
+    data = load_dataset(args.data_dir, config.dataset, config.data_source, test=False)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
-    # Training never opens the test files: selection uses the validation split
-    # (cvae/data/splits.py).
-    data = load_dataset(args.data_dir, config.dataset, config.data_source, test=False)
 
     import jax
 

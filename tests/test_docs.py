@@ -129,3 +129,21 @@ def test_the_history_and_path_checks_catch_what_they_are_for():
     assert not HISTORY.search("the `seed` preset, --seed 0, an issue with the page")
     page = "```sh\ncvae train --data-dir /work/main/data\n```\nRun `cd /tmp/x` or `/home/me`.\n"
     assert [n for n, code in code_lines(page) if MACHINE_PATH.search(code)] == [2, 4]
+
+
+# docs/own-images.md's table of the example configs: `configs/own-X.toml` | `name`, ... | model |
+# likelihood | epochs x batch.
+OWN_CONFIG_ROW = re.compile(r"^\| `(configs/own-[\w-]+\.toml)` \| `(\w+)`, [^|]+\| [^|]+\| "
+                            r"(\w+) \| (\d+) x (\d+) \|$", re.MULTILINE)
+
+
+def test_the_own_images_page_states_its_configs_as_the_files_hold_them():
+    from cvae.config_toml import read_config_file
+
+    rows = OWN_CONFIG_ROW.findall((ROOT / "docs" / "own-images.md").read_text())
+    assert sorted(path for path, *_ in rows) == sorted(
+        str(path.relative_to(ROOT)) for path in (ROOT / "configs").glob("own-*.toml"))
+    for path, dataset, likelihood, epochs, batch_size in rows:
+        values = read_config_file(ROOT / path)[1]
+        assert (values["dataset"], values["likelihood"], values["epochs"],
+                values["batch_size"]) == (dataset, likelihood, int(epochs), int(batch_size)), path

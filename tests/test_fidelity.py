@@ -108,6 +108,13 @@ def test_the_classifier_takes_its_shape_and_classes_from_the_spec():
     np.testing.assert_array_equal(flat, logits)
 
 
+def test_a_small_training_set_trains_the_classifier_as_many_steps_as_mnist():
+    assert fidelity.classifier_epochs(60_000) == 4  # MNIST's and Fashion-MNIST's 1,872 steps
+    assert fidelity.classifier_epochs(1_438) == 171  # 11 steps an epoch: 1,881 steps
+    assert fidelity.classifier_epochs(10) == fidelity.CLASSIFIER_MIN_STEPS  # one step an epoch
+    assert fidelity.classifier_epochs(10**6) == 4
+
+
 def test_a_cached_classifier_of_another_dataset_is_not_reused(classifier_and_data, tmp_path):
     """The cache folder is named by the dataset, and its meta.json must name the same dataset,
     shape and class count: a folder of the same name written for other data is retrained."""
@@ -123,6 +130,10 @@ def test_a_cached_classifier_of_another_dataset_is_not_reused(classifier_and_dat
     messages = []
     fidelity.load_or_train_classifier(data, other, epochs=1, log=messages.append)
     assert messages and "training the fidelity classifier" in messages[0]
+    # That one took 1 epoch: asked for 3, it is retrained.
+    messages = []
+    fidelity.load_or_train_classifier(data, other, epochs=3, log=messages.append)
+    assert messages and "(3 epochs;" in messages[0]
     # A Fashion-MNIST set of the same bytes has its own folder.
     fashion = dataclasses.replace(data, name=FASHION_MNIST.name)
     fidelity.load_or_train_classifier(fashion, other, epochs=1, log=lambda _: None)

@@ -316,6 +316,13 @@ def test_the_memory_limit_is_a_share_of_the_machine_also_when_training_loads(
     monkeypatch.setenv(MEMORY_ENV, str(4 * train_bytes - 4))
     with pytest.raises(DataError, match="more than this machine can train on"):
         load_dataset(tmp_path, "budgeted", test=False)
+    # At the CLI: one line, exit code 2, and no checkpoint dir made for the refused run.
+    from cvae.cli import main
+
+    run = tmp_path / "refused-run"
+    assert main(["train", "--dataset", "budgeted", "--data-dir", str(tmp_path),
+                 "--checkpoint-dir", str(run)]) == 2
+    assert not run.exists()
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,11 @@ FEATURES = 128
 # Pixels strictly between these are grey: a real stroke's anti-aliased edge, or a mean's blur.
 GREY_PIXELS = (0.1, 0.9)
 CLASSIFIER_VERSION = 1  # bump when the architecture or recipe changes: invalidates caches
+# How long the classifier trains: 4 epochs, and at least the steps that makes on MNIST's 60,000
+# images at batch 128, so that a small data set (1,438 images: 11 steps an epoch) is not read
+# by a classifier that took 44 steps and reads its test images at chance.
+CLASSIFIER_EPOCHS, CLASSIFIER_BATCH = 4, 128
+CLASSIFIER_MIN_STEPS = CLASSIFIER_EPOCHS * (60_000 // CLASSIFIER_BATCH)
 
 
 class Classifier(nn.Module):
@@ -105,8 +110,16 @@ def data_checksum(images: np.ndarray, labels: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def classifier_epochs(count: int) -> int:
+    """Epochs of the classifier on `count` training images: CLASSIFIER_EPOCHS, or more when
+    that is under CLASSIFIER_MIN_STEPS steps."""
+    steps_per_epoch = max(1, count // CLASSIFIER_BATCH)
+    return max(CLASSIFIER_EPOCHS, -(-CLASSIFIER_MIN_STEPS // steps_per_epoch))
+
+
 def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, spec: DatasetSpec,
-                     epochs: int = 4, batch_size: int = 128, learning_rate: float = 2e-3,
+                     epochs: int = CLASSIFIER_EPOCHS, batch_size: int = CLASSIFIER_BATCH,
+                     learning_rate: float = 2e-3,
                      seed: int = 0) -> dict:
     """The parameters of `classifier_for(spec)` trained on the images (uint8, the spec's
     shape) and labels: Adam with cosine decay; the data lives on the device, one jitted step
@@ -148,21 +161,24 @@ def accuracy(classifier: TrainedClassifier, images: np.ndarray, labels: np.ndarr
     return float(np.mean(logits.argmax(axis=1) == np.asarray(labels)))
 
 
-def load_or_train_classifier(data, cache_root: str | Path | None, *, epochs: int = 4,
+def load_or_train_classifier(data, cache_root: str | Path | None, *, epochs: int | None = None,
                              log: Callable[[str], None] = print) -> TrainedClassifier:
     """The cached classifier for `data`'s training set, training (and caching) it if missing.
     Its shape and classes are those of `data`'s dataset (`spec_of(data.name)`); the cache
     folder is named by the dataset and the checksum of its training data, and a cached one is
-    used only if its meta.json names the same dataset, checksum, image shape and class count.
+    used only if its meta.json names the same dataset, checksum, image shape, class count and
+    epochs (None: `classifier_epochs` of the training set's size).
 
     `cache_root` None trains without caching (tests).
     """
     spec = spec_of(data.name)
+    epochs = classifier_epochs(len(data.train_images)) if epochs is None else epochs
     checksum = data_checksum(data.train_images, data.train_labels)
     folder = (Path(cache_root) / f"{data.name}-{checksum[:12]}-v{CLASSIFIER_VERSION}"
               if cache_root is not None else None)
     identity = {"train_sha256": checksum, "dataset": data.name,
-                "image_shape": list(spec.image_shape), "num_classes": spec.num_classes}
+                "image_shape": list(spec.image_shape), "num_classes": spec.num_classes,
+                "epochs": epochs}
     if folder is not None and (folder / "meta.json").is_file():
         meta = json.loads((folder / "meta.json").read_text())
         # A cache written before the shape was recorded is MNIST's, whose name it carries.
@@ -183,9 +199,8 @@ def load_or_train_classifier(data, cache_root: str | Path | None, *, epochs: int
     seconds = time.perf_counter() - start
     classifier = TrainedClassifier(params, 0.0, {}, spec)
     classifier.test_accuracy = accuracy(classifier, data.test_images, data.test_labels)
-    classifier.meta = {**identity, "epochs": epochs,
-                       "test_accuracy": classifier.test_accuracy, "train_seconds": seconds,
-                       "version": CLASSIFIER_VERSION}
+    classifier.meta = {**identity, "test_accuracy": classifier.test_accuracy,
+                       "train_seconds": seconds, "version": CLASSIFIER_VERSION}
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "params.msgpack").write_bytes(flax.serialization.to_bytes(params))

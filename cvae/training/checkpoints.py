@@ -11,7 +11,9 @@ run starts from (resume, `--fresh`, `--init-from`) is `cvae.training.start`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +44,31 @@ def create_manager(directory: str | Path, *, keep: int = 3) -> ocp.CheckpointMan
                                  item_names=store.ITEMS)
 
 
+# Orbax warns on every save without metrics when a best step is tracked. An interrupt's save has
+# none by design (LatestN keeps it, BestN ranks evaluated steps only), so the warning says nothing.
+NO_METRICS_WARNING = "Requested `tracked_metric`; did not provide metrics."
+
+
+@contextlib.contextmanager
+def _without_no_metrics_warning():
+    def drop(record: logging.LogRecord) -> bool:
+        return record.getMessage() != NO_METRICS_WARNING
+
+    absl = logging.getLogger("absl")
+    absl.addFilter(drop)
+    try:
+        yield
+    finally:
+        absl.removeFilter(drop)
+
+
 def save_checkpoint(manager: ocp.CheckpointManager, state, config: Config,
                     *, metrics: dict[str, Any] | None, force: bool = True) -> int:
     """Write one step; `metrics` (validation figures) rank it for "best" retention."""
     step = int(jax.device_get(state.step))
-    manager.save(step, args=store.save_args(state, config, metrics), metrics=metrics or None,
-                 force=force)
+    with _without_no_metrics_warning():
+        manager.save(step, args=store.save_args(state, config, metrics),
+                     metrics=metrics or None, force=force)
     manager.wait_until_finished()
     return step
 
