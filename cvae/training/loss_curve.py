@@ -43,7 +43,9 @@ def loss_curve_figure(records: list[dict]) -> Figure:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.lines:
-            ax.legend(fontsize="small")
+            # A fixed corner, not loc="best": the curves fall, so the upper right is clear, and
+            # "best" searches for a place (matplotlib warns when that search is slow).
+            ax.legend(fontsize="small", loc="upper right")
     return figure
 
 
