@@ -50,11 +50,19 @@ def check_conv_shape(data: DatasetSpec) -> None:
 def after_dense(h: jax.Array, config: Config, *, train: bool) -> jax.Array:
     """What follows a dense map in every hidden block: (BatchNorm) -> activation -> (Dropout).
     Call it inside a module's compact method: its BatchNorm is that module's own."""
-    if config.batch_norm:
+    return _normalise_activate_drop(h, activation=config.activation,
+                                    dropout_rate=config.dropout_rate,
+                                    batch_norm=config.batch_norm, train=train)
+
+
+def _normalise_activate_drop(h: jax.Array, *, activation: str, dropout_rate: float,
+                             batch_norm: bool, train: bool) -> jax.Array:
+    """`after_dense` from its settings: `_Block` holds them as fields, not as a config."""
+    if batch_norm:
         h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
-    h = ACTIVATION_FNS[config.activation](h)
-    if config.dropout_rate > 0:
-        h = nn.Dropout(config.dropout_rate, deterministic=not train)(h)
+    h = ACTIVATION_FNS[activation](h)
+    if dropout_rate > 0:
+        h = nn.Dropout(dropout_rate, deterministic=not train)(h)
     return h
 
 
@@ -68,13 +76,9 @@ class _Block(nn.Module):
 
     @nn.compact
     def __call__(self, h: jax.Array, *, train: bool) -> jax.Array:
-        h = nn.Dense(self.width)(h)
-        if self.batch_norm:
-            h = nn.BatchNorm(use_running_average=not train, momentum=0.9)(h)
-        h = ACTIVATION_FNS[self.activation](h)
-        if self.dropout_rate > 0:
-            h = nn.Dropout(self.dropout_rate, deterministic=not train)(h)
-        return h
+        return _normalise_activate_drop(nn.Dense(self.width)(h), activation=self.activation,
+                                        dropout_rate=self.dropout_rate,
+                                        batch_norm=self.batch_norm, train=train)
 
 
 def block(config: Config, width: int) -> _Block:
