@@ -52,6 +52,73 @@ def test_em_recovers_a_known_mixture_per_class():
         np.testing.assert_allclose(tril @ np.swapaxes(tril, 1, 2), COVS, atol=0.2)
 
 
+def posteriors(num_classes: int, per_class: int, seed: int = 0):
+    """Diagonal Gaussian posteriors of a model that uses 2 of its 8 latent dimensions: means
+    spread in those two (posterior variance 0.01), at 0 in the other six (variance 1, the
+    prior's), as a briefly trained or wide-latent model's are. -> (means, variances, labels)."""
+    rng = np.random.default_rng(seed)
+    n = num_classes * per_class
+    means = np.zeros((n, 8), np.float32)
+    means[:, :2] = rng.normal(0.0, 2.0, (n, 2))
+    variances = np.full((n, 8), 1.0, np.float32)
+    variances[:, :2] = 0.01
+    return means, variances, np.repeat(np.arange(num_classes), per_class)
+
+
+def principal_variances(fitted: dict) -> np.ndarray:
+    """Each component's covariance eigenvalues, [K, C, L]."""
+    tril = np.asarray(fitted["scale_tril"], np.float64)
+    return np.linalg.eigvalsh(tril @ np.swapaxes(tril, -1, -2))
+
+
+def test_posterior_means_are_floored_by_their_posterior_variance_in_every_direction():
+    """Fitted to posterior means, the unused dimensions' variance collapses to the 1e-4 floor:
+    a posterior draw there scores log N(1; 0, 1e-4) per dimension, thousands of nats off.
+    With the variances, every principal variance is at least the posterior's along it, and
+    the draws score within a few nats of the aggregate posterior's own density."""
+    means, variances, labels = posteriors(2, 200)
+    table, mask = prior.class_index_table(labels, 2)
+    args = (jnp.asarray(means), table, mask, jax.random.key(0))
+    bare = prior.fit(*args, components=3)
+    floored = prior.fit(*args, components=3, variances=jnp.asarray(variances),
+                        codes_are_draws=False)
+    assert principal_variances(bare).min() < 1e-3
+    assert principal_variances(floored).min() >= 0.01 * (1 - 1e-4)
+    rng = np.random.default_rng(1)
+    draws = jnp.asarray(means + np.sqrt(variances) * rng.standard_normal(means.shape),
+                        jnp.float32)
+    # The aggregate posterior per class, mean_n N(mean_n, var_n), scored exactly:
+    same = labels[:, None] == labels[None, :]  # [draw, posterior]
+    log_normals = -0.5 * np.sum(np.log(2 * np.pi * variances)[None]
+                                + np.square(np.asarray(draws)[:, None] - means[None])
+                                / variances[None], axis=-1)
+    aggregate = np.log(np.sum(np.where(same, np.exp(log_normals), 0.0), axis=1) / same.sum(1))
+    scored = np.asarray(prior.log_density(floored, draws, jnp.asarray(labels)))
+    assert np.mean(prior.log_density(bare, draws, jnp.asarray(labels))) < -1000
+    assert np.mean(scored) > np.mean(aggregate) - 3.0, (np.mean(scored), np.mean(aggregate))
+
+
+def test_draws_keep_their_own_spread_unless_a_class_is_too_small_to_fit_it():
+    """Fitted to posterior draws, a class of at least 2 codes a dimension fits exactly what it
+    fitted without the variances (bit for bit: the default's and the likelihood preset's fitted
+    priors do not change); a class of fewer codes than dimensions spans only part of them, and
+    is floored in the rest."""
+    means, variances, labels = posteriors(2, 400)
+    rng = np.random.default_rng(2)
+    draws = jnp.asarray(means + np.sqrt(variances) * rng.standard_normal(means.shape),
+                        jnp.float32)
+    keep = (labels == 0) | (np.arange(len(labels)) % 400 < 6)  # class 1: 6 codes, 8 dimensions
+    table, mask = prior.class_index_table(labels[keep], 2)
+    args = (draws[keep], table, mask, jax.random.key(0))
+    bare = prior.fit(*args, components=3)
+    floored = prior.fit(*args, components=3, variances=jnp.asarray(variances[keep]),
+                        codes_are_draws=True)
+    for name in ("weights", "means", "scale_tril"):
+        np.testing.assert_array_equal(floored[name][0], bare[name][0])
+    assert principal_variances(bare)[1].min() < 1e-3  # 6 points span 5 of 8 directions
+    assert principal_variances(floored)[1][np.asarray(floored["weights"][1]) > 0].min() >= 0.01 * (1 - 1e-4)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
 def test_sampling_picks_components_by_weight_at_any_temperature(temperature):
     mixture = as_prior(WEIGHTS, np.array([[-100.0, 0.0], [100.0, 0.0]]), COVS)

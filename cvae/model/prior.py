@@ -137,7 +137,9 @@ def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
     binarised digits): with codes="samples" a draw z ~ q(z | x, y), so the mixture fits the
     aggregate posterior (the default and the likelihood preset: the density IWAE needs, and wider
     samples); with codes="means" the posterior mean, so the mixture fits the centres of the
-    codes and samples come out a little more typical (docs/model.md). Then `fit` per class.
+    codes and samples come out a little more typical (docs/model.md). Then `fit` per class,
+    with each code's posterior variance, so that no component is narrower than the posteriors
+    it stands for.
     """
     if codes not in ("samples", "means"):
         raise ValueError(f"codes={codes!r}: allowed samples, means")
@@ -157,12 +159,14 @@ def create_fit_fn(encode_fn, *, components: int, codes: str = "samples",
             mean, logvar = encode_fn(variables, x,
                                      jax.lax.dynamic_slice_in_dim(labels, start, size))
             if codes == "means":
-                return mean
+                return mean, jnp.exp(logvar)
             noise = jax.random.normal(jax.random.fold_in(noise_key, start), mean.shape)
-            return mean + jnp.exp(0.5 * logvar) * noise
+            return mean + jnp.exp(0.5 * logvar) * noise, jnp.exp(logvar)
 
-        found = jax.lax.map(codes_of, jnp.arange(0, n + padding, size))
-        return fit(found.reshape(-1, found.shape[-1]), table, mask, fit_key, components)
+        found, variances = jax.lax.map(codes_of, jnp.arange(0, n + padding, size))
+        width = found.shape[-1]
+        return fit(found.reshape(-1, width), table, mask, fit_key, components,
+                   variances=variances.reshape(-1, width), codes_are_draws=codes == "samples")
 
     return fit_fn
 
@@ -188,23 +192,47 @@ EM_ITERATIONS = 30
 MIN_CODES_PER_DIMENSION = 2  # codes a component needs per latent dimension (see `fit`)
 
 
-@functools.partial(jax.jit, static_argnames=("components", "iterations"))
+@functools.partial(jax.jit, static_argnames=("components", "iterations", "codes_are_draws"))
 def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, components: int,
-        iterations: int = EM_ITERATIONS) -> dict:
+        iterations: int = EM_ITERATIONS, *, variances: jax.Array | None = None,
+        codes_are_draws: bool = True) -> dict:
     """EM for a full-covariance mixture per class. codes f32[N, L]; table, mask from
     `class_index_table`. A class of fewer than `MIN_CODES_PER_DIMENSION * L` codes a component
-    fits fewer components (at least one); the others keep weight 0 and are never drawn."""
+    fits fewer components (at least one); the others keep weight 0 and are never drawn.
+
+    variances f32[N, L], each code's posterior variance, floors every component: along each of
+    its principal axes its variance is at least its codes' mean posterior variance there
+    (weighted by responsibility). Without it, a dimension the model does not use (codes at one
+    point) or a direction a small class's codes do not span collapses onto the 1e-4 floor, and
+    the posterior draws that `cvae eval` scores lie thousands of nats outside the prior. Draws
+    (codes_are_draws) already spread as their posteriors do, so there the floor applies only to
+    a class too small for one component's codes a dimension; posterior means (codes_are_draws
+    False) are floored in every class."""
+
+    def floored(covs, r, v, mass, applies):
+        """covs [C, L, L] with each principal variance raised to the posterior's along it."""
+        if v is None:
+            return covs
+        mean_variance = (r.T @ v) / mass[:, None]  # [C, L]: a diagonal posterior covariance
+        eigenvalues, axes = jnp.linalg.eigh(covs)
+        along = jnp.einsum("cli,cl->ci", jnp.square(axes), mean_variance)
+        raised = jnp.einsum("cij,cj,ckj->cik", axes, jnp.maximum(eigenvalues, along), axes)
+        return jnp.where(applies, raised, covs)
 
     def one_class(args):
         rows, valid, class_key = args
         x, w = codes[rows], valid.astype(codes.dtype)  # [M, L], [M]
+        v = None if variances is None else variances[rows]
         count = jnp.maximum(jnp.sum(w), 1.0)
+        applies = jnp.logical_not(codes_are_draws) | (
+            count < MIN_CODES_PER_DIMENSION * x.shape[1])
         # Start: the means of `components` distinct random members, the class covariance.
         scores = jnp.where(valid, jax.random.uniform(class_key, valid.shape), 2.0)
         # (cycling through the members when the widest class has fewer rows than components)
         start = x[jnp.argsort(scores)[jnp.arange(components) % x.shape[0]]]
         centred = x - jnp.sum(w[:, None] * x, axis=0) / count
         cov = (w[:, None] * centred).T @ centred / count + _COVARIANCE_FLOOR * jnp.eye(x.shape[1])
+        cov = floored(cov[None], w[:, None], v, count[None], applies)[0]
         # A component needs several codes a dimension, or its covariance collapses onto the
         # floor and the density is a spike no other code reaches: small classes get fewer.
         usable = jnp.clip(jnp.floor(count / (MIN_CODES_PER_DIMENSION * x.shape[1])), 1,
@@ -222,7 +250,7 @@ def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, com
             means = (r.T @ x) / mass[:, None]
             diff = x[None, :, :] - means[:, None, :]  # [C, M, L]
             covs = jnp.einsum("cmi,cmj->cij", r.T[:, :, None] * diff, diff) / mass[:, None, None]
-            covs = covs + _COVARIANCE_FLOOR * jnp.eye(x.shape[1])
+            covs = floored(covs + _COVARIANCE_FLOOR * jnp.eye(x.shape[1]), r, v, mass, applies)
             mass = jnp.where(active, mass, 0.0)
             return mass / jnp.sum(mass), means, covs
 
