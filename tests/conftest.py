@@ -10,23 +10,29 @@ import tempfile
 from pathlib import Path
 
 # Compiled programs are cached on disk for this session (JAX's persistent compilation cache),
-# set before JAX loads so that this process and every `cvae` subprocess it starts share it. The
-# suite starts many subprocesses that compile the same tiny programs, and compilation is most of
-# their time: a 96-step tiny training run took 8.1 s cold and 3.4 s with the cache. The directory is
-# new for each session, so no program compiled by other code is ever reused.
-_COMPILATION_CACHE = tempfile.mkdtemp(prefix="cvae-tests-jax-cache-")
-atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
-os.environ.update(JAX_COMPILATION_CACHE_DIR=_COMPILATION_CACHE,
+# set before JAX loads so that this process, every pytest-xdist worker (they inherit the
+# environment of the process that starts them) and every `cvae` subprocess share it. The suite
+# starts many processes that compile the same tiny programs, and compilation is most of their
+# time: a 96-step tiny training run took 8.1 s cold and 3.4 s with the cache. The directory is new
+# for each session, so no program compiled by other code is ever reused; the process that made
+# it removes it.
+if "CVAE_TEST_COMPILATION_CACHE" not in os.environ:
+    os.environ["CVAE_TEST_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="cvae-tests-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["CVAE_TEST_COMPILATION_CACHE"], ignore_errors=True)
+os.environ.update(JAX_COMPILATION_CACHE_DIR=os.environ["CVAE_TEST_COMPILATION_CACHE"],
                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
 
 # Compiling is most of the suite's CPU time and no test times a compiled program, so the suite
-# compiles with LLVM's optimisation passes off (about a third less CPU on the compile-heavy
-# files). The numbers are the same: the default's first losses recorded under the production
-# flags (tests/fixtures/default-first-losses.json) and the old checkpoints' PNG bytes
-# (tests/test_store.py) come out identical. A caller's XLA_FLAGS wins, even empty:
-# `make test-kernels` runs every determinism claim again under the production flags and others.
-FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# compiles cheaply: LLVM's optimisation passes off, and XLA:CPU's older loop emitters instead of
+# its fusion emitters (which cost about twice the CPU to compile each of the thousands of small
+# programs a test's eager operations make). The numbers are the same: the default's first losses
+# recorded under the production flags (tests/fixtures/default-first-losses.json) and the old
+# checkpoints' PNG bytes (tests/test_store.py) come out identical. A caller's XLA_FLAGS wins,
+# even empty: `make test-kernels` runs every determinism claim again under the production flags
+# and others.
+FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+                      " --xla_cpu_use_fusion_emitters=false")
 os.environ.setdefault("XLA_FLAGS", FAST_COMPILE_FLAGS)
 
 
