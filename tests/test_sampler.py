@@ -120,3 +120,22 @@ def test_bayes_rule_reads_a_picture_at_a_time_and_q_with_every_block(labels, rea
     together = sampler.classify(images)
     for row in (0, 63, 64, 70):
         np.testing.assert_array_equal(together[row], sampler.classify(images[row:row + 1])[0])
+
+
+def test_samplers_of_one_run_share_compiled_functions_but_draw_with_their_own_weights(
+        trained_run):
+    """A second sampler of the same model and config (another step, as a service moving to a
+    new checkpoint) reuses the first one's jitted functions, so nothing is traced or compiled
+    again; each still draws with its own step's weights, the bits of a sampler built alone."""
+    from cvae.sampling.sampler import load_sampler, sampler_functions
+
+    first, last = trained_run.steps[0], trained_run.steps[-1]
+    early = load_sampler(trained_run.directory, step=first)
+    late = load_sampler(trained_run.directory, step=last)
+    assert early.decode_fn is late.decode_fn and early.encode_fn is late.encode_fn
+    shared = [sampler.sample_png(7, 4, seed=3) for sampler in (early, late)]
+    assert shared[0] != shared[1]
+    sampler_functions.cache_clear()  # each sampler with functions of its own, as before
+    alone = [load_sampler(trained_run.directory, step=step).sample_png(7, 4, seed=3)
+             for step in (first, last)]
+    assert shared == alone

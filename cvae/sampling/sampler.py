@@ -392,9 +392,19 @@ def create_sampler(model, config: Config, variables: dict, *, step: int = 0,
     of 64 and never depends on a neighbour; q(y|x), cheap and read in batches, in every size."""
     blocks = DECODE_BLOCKS if block_rows is None else (block_rows,)
     reading_blocks = blocks if model.has_classifier else ROW_BY_ROW
+    decode_fn, code_decode_fn, prior_fn, encode_fn, classify_fn = sampler_functions(model, config)
+    return Sampler(config, variables, decode_fn, step, blocks, encode_fn=encode_fn,
+                   code_decode_fn=code_decode_fn, prior_fn=prior_fn, classify_fn=classify_fn,
+                   classify_block_sizes=reading_blocks)
+
+
+@functools.lru_cache(maxsize=16)
+def sampler_functions(model, config: Config) -> tuple[Callable | None, ...]:
+    """(decode, code decode, prior, encode, classify), jitted, one set per model and config in a
+    process: a sampler for another step of the same run (a service moving to a new checkpoint,
+    a second `load_sampler`) reuses their compiled programs instead of tracing and compiling
+    every block size again. Pure functions of (variables, inputs), so sharing them is safe."""
     prior_fn = create_prior_fn(model, config)
     code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
-    return Sampler(config, variables, create_decode_fn(model, config), step, blocks,
-                   encode_fn=create_encode_fn(model, config), code_decode_fn=code_decode_fn,
-                   prior_fn=prior_fn, classify_fn=create_classify_fn(model),
-                   classify_block_sizes=reading_blocks)
+    return (create_decode_fn(model, config), code_decode_fn, prior_fn,
+            create_encode_fn(model, config), create_classify_fn(model))
