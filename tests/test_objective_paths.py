@@ -6,6 +6,8 @@ scores as the live prior."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,8 +37,10 @@ def ladder(prior="standard", **changes):
     return model, init_variables(model, jax.random.key(0)), config
 
 
+@functools.partial(jax.jit, static_argnames=("model", "config", "kl_weight", "key"))
 def loss_of(model, variables, config, kl_weight=1.0, key=2):
-    """The batch's (loss, terms) under the config's objective, as the train step takes them."""
+    """The batch's (loss, terms) under the config's objective, as the train step takes them
+    (jitted, as there: run op by op, each call compiled about a hundred small programs)."""
     x, y = batch()
     noise = objectives.draw_noise(jax.random.key(key), model,
                                   samples=config.importance_samples, batch=B)
