@@ -11,6 +11,7 @@ with free m, v per example. Encoder parameters phi = (m, v), model parameters th
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -70,11 +71,13 @@ def posterior_params(mu=(0.2, -0.3, 0.1)) -> dict:
     return toy_params(mu, (X + mu) / 2, jnp.full(X.shape, math.log(0.5)))
 
 
+@jax.jit  # run op by op, each shape of the toy compiled dozens of small programs
 def toy_log_weights(params, noise):
     """log w f32[K, B] of the toy for noise f32[K, B, D], every gradient path open."""
     return obj.log_weights(TOY.apply({"params": params}, X, None, noise, method="terms"))
 
 
+@functools.partial(jax.jit, static_argnames="objective")
 def toy_rows(params, noise, objective):
     rows, _, _ = obj.row_terms(TOY, {"params": params}, images=X, labels=None, noise=noise,
                                objective=objective, kl_weight=1.0)
