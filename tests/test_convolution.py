@@ -10,7 +10,7 @@ import pytest
 from cvae.model import convolution
 from cvae.model.registry import create_model, init_variables
 from cvae.presets import test as test_config
-from cvae.sampling.sampler import create_classify_fn
+from cvae.sampling.functions import create_classify_fn
 
 # (flax's layer, ours, an input shape): the encoder's and the decoder's, and an odd size.
 PAIRS = [

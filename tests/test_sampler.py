@@ -127,7 +127,8 @@ def test_samplers_of_one_run_share_compiled_functions_but_draw_with_their_own_we
     """A second sampler of the same model and config (another step, as a service moving to a
     new checkpoint) reuses the first one's jitted functions, so nothing is traced or compiled
     again; each still draws with its own step's weights, the bits of a sampler built alone."""
-    from cvae.sampling.sampler import load_sampler, sampler_functions
+    from cvae.sampling.functions import sampler_functions
+    from cvae.sampling.sampler import load_sampler
 
     first, last = trained_run.steps[0], trained_run.steps[-1]
     early = load_sampler(trained_run.directory, step=first)

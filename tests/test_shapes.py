@@ -19,7 +19,7 @@ from cvae.errors import ConfigError
 from cvae.evaluation.run import EvalOptions, elbo_metrics, iwae_metrics
 from cvae.model.registry import create_model, init_variables
 from cvae.model.store import TrainedModel
-from cvae.sampling.sampler import create_decode_fn
+from cvae.sampling.functions import create_decode_fn
 from cvae.training.callbacks import NanGuard
 from cvae.training.loop import train_and_evaluate
 

@@ -26,84 +26,13 @@ from cvae.config import Config, ConfigError
 from cvae.data.class_names import label_index
 from cvae.data.pixels import to_unit
 from cvae.data.specs import MNIST
+from cvae.sampling.functions import sampler_functions
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
-from cvae.model.densities import pixel_means
-from cvae.model.objectives import create_bayes_classify_fn
 from cvae.model.registry import code_dim, create_model, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
 
 DIGITS = tuple(range(MNIST.num_classes))  # MNIST's labels (bench, tests); `Sampler.classes`
-
-
-def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
-    """Jitted `decode(variables, z f32[B, D], labels i32[B]) -> images in [0, 1]` (f32, the
-    spec's `stored_shape`). z is the sampling noise, N(0, t^2 I), `noise_dim` wide; the
-    model's prior maps it to its latent (the identity for the standard prior). With `codes`, z
-    are codes (`code_dim` wide) decoded as they are: for the ladder, the top layer's, the
-    layers below at their means.
-    """
-    method = "decode" if codes else "generate"
-    shape = config.spec.stored_shape
-
-    @jax.jit
-    def decode(variables, z, labels):
-        logits = model.apply(variables, z, labels, method=method)
-        pixels = pixel_means(logits, config.pixel_sharpness, likelihood=config.likelihood)
-        return pixels.reshape(-1, *shape)
-
-    return decode
-
-
-def create_prior_fn(model, config: Config) -> Callable | None:
-    """Jitted `prior(variables, noise f32[B, D], labels i32[B]) -> codes f32[B, L]`: the code
-    that `generate` decodes for that noise (the ladder's: its top layer's share, noise top layer
-    first, through the prior and its truncation); None where it is the noise itself (one
-    latent, standard prior, no truncation)."""
-    width = code_dim(config)
-    if (config.prior == "standard" and width == noise_dim(config)
-            and prior_lib.truncation_radius(config.truncation, width) is None):
-        return None
-
-    @jax.jit
-    def prior(variables, noise, labels):
-        return prior_lib.draw(noise[:, :width], labels,
-                              mixture=prior_lib.mixture_of(config.prior, variables),
-                              truncation=config.truncation)
-
-    return prior
-
-
-def create_encode_fn(model, config: Config) -> Callable:
-    """Jitted `encode(variables, images f32[B, 784] in [0, 1], labels i32[B])` ->
-    (mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]).
-
-    mean, logvar: the code's posterior (the ladder's top layer). neg_elbo is -ELBO(x, y) at z =
-    the posterior mean (every ladder layer's; reconstruction + KL, in nats):
-    deterministic, and lowest for the label that explains the image best, which is how a
-    transfer picks the label of an unlabelled digit.
-    """
-
-    @jax.jit
-    def encode(variables, images, labels):
-        return model.apply(variables, images, labels, method="reconstruct")
-
-    return encode
-
-
-def create_classify_fn(model) -> Callable | None:
-    """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> p(y|x) f32[B, 10]`: the
-    classifier q(y|x) of a model trained with `--labels N`; for a model trained with every
-    label, Bayes' rule on its own bounds on log p(x|y), the ten labels in one call (a label at
-    a time) with fixed draws (`cvae.model.objectives.create_bayes_classify_fn`)."""
-    if not model.has_classifier:
-        return create_bayes_classify_fn(model)
-
-    @jax.jit
-    def classify(variables, images):
-        return jax.nn.softmax(model.apply(variables, images, method="classify"), axis=-1)
-
-    return classify
 
 
 def draw_latents(seed: int, digit: int, n: int, *, latent_dim: int,
@@ -396,15 +325,3 @@ def create_sampler(model, config: Config, variables: dict, *, step: int = 0,
     return Sampler(config, variables, decode_fn, step, blocks, encode_fn=encode_fn,
                    code_decode_fn=code_decode_fn, prior_fn=prior_fn, classify_fn=classify_fn,
                    classify_block_sizes=reading_blocks)
-
-
-@functools.lru_cache(maxsize=16)
-def sampler_functions(model, config: Config) -> tuple[Callable | None, ...]:
-    """(decode, code decode, prior, encode, classify), jitted, one set per model and config in a
-    process: a sampler for another step of the same run (a service moving to a new checkpoint,
-    a second `load_sampler`) reuses their compiled programs instead of tracing and compiling
-    every block size again. Pure functions of (variables, inputs), so sharing them is safe."""
-    prior_fn = create_prior_fn(model, config)
-    code_decode_fn = None if prior_fn is None else create_decode_fn(model, config, codes=True)
-    return (create_decode_fn(model, config), code_decode_fn, prior_fn,
-            create_encode_fn(model, config), create_classify_fn(model))
