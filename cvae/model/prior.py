@@ -213,11 +213,15 @@ def fit(codes: jax.Array, table: jax.Array, mask: jax.Array, key: jax.Array, com
         """covs [C, L, L] with each principal variance raised to the posterior's along it."""
         if v is None:
             return covs
-        mean_variance = (r.T @ v) / mass[:, None]  # [C, L]: a diagonal posterior covariance
-        eigenvalues, axes = jnp.linalg.eigh(covs)
-        along = jnp.einsum("cli,cl->ci", jnp.square(axes), mean_variance)
-        raised = jnp.einsum("cij,cj,ckj->cik", axes, jnp.maximum(eigenvalues, along), axes)
-        return jnp.where(applies, raised, covs)
+        def raise_to_posterior(covs):
+            mean_variance = (r.T @ v) / mass[:, None]  # [C, L]: a diagonal posterior covariance
+            eigenvalues, axes = jnp.linalg.eigh(covs)
+            along = jnp.einsum("cli,cl->ci", jnp.square(axes), mean_variance)
+            return jnp.einsum("cij,cj,ckj->cik", axes, jnp.maximum(eigenvalues, along), axes)
+
+        # A branch, not a select: a class the floor does not touch (every class of the
+        # default's fit) skips the eigendecompositions in each EM step.
+        return jax.lax.cond(applies, raise_to_posterior, lambda covs: covs, covs)
 
     def one_class(args):
         rows, valid, class_key = args
