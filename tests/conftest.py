@@ -155,6 +155,24 @@ def data_dir(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def eval_data_dir(tmp_path_factory) -> Path:
+    """The synthetic digits as MNIST IDX files (512 train, 64 test) with `cvae eval`'s fidelity
+    classifier already cached in `classifier/` beside them, as a first `cvae eval` leaves it.
+    Training that classifier takes its minimum step count whatever the data's size (about 60
+    CPU-seconds), so the session does it once for every eval test. Read-only: shared by the
+    whole session (`shared_directory`)."""
+    from cvae.data.load import load_dataset
+    from cvae.evaluation.fidelity import load_or_train_classifier
+
+    def build(directory: Path) -> None:
+        write_synthetic_idx(directory, num_train=512, num_test=64)
+        load_or_train_classifier(load_dataset(directory), directory / "classifier",
+                                 log=lambda _: None)
+
+    return shared_directory(tmp_path_factory, "eval-data", build)
+
+
 def _cpu_seconds() -> float:
     """CPU time of this process and of its children that have ended (user + system)."""
     import resource

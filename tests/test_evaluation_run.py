@@ -15,19 +15,21 @@ from cvae.evaluation.fidelity import label_counts_like
 from cvae.cli import main
 from cvae.model.store import read_record
 from cvae.sampling.grid import grid_shape
-from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx
+from cvae.data.synthetic import synthetic_dataset
 
 
-def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
-    data_dir = tmp_path / "data"
-    write_synthetic_idx(data_dir, num_train=512, num_test=64)
+def test_eval_writes_json_table_and_reports(trained_run, eval_data_dir, tmp_path, capsys):
     out = tmp_path / "out" / "eval.json"
     code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
-                 str(data_dir), "--json", str(out), "--iwae-k", "8", "--iwae-k-marginal", "2",
+                 str(eval_data_dir), "--json", str(out), "--iwae-k", "8", "--iwae-k-marginal",
+                 "2",
                  "--iwae-chunk", "4", "--iwae-limit", "40", "--samples-per-digit", "6"])
     assert code == 0
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
     assert "-log p(x|y), IWAE K=8" in table and "Fréchet" in table
+    # The classifier cached beside the data (DATA_DIR/classifier) is read, not trained again.
+    assert "training the fidelity classifier" not in captured.err
     results = json.loads(out.read_text())
     assert results["step"] == trained_run.steps[-1]
     # The run record of the step scored (cvae/training/record.py) comes along.
@@ -49,7 +51,6 @@ def test_eval_writes_json_table_and_reports(trained_run, tmp_path, capsys):
     reference_labels = synthetic_dataset(512, 64).test_labels[1::2]
     assert fid["samples"]["label_counts"] == label_counts_like(reference_labels, 60,
                                                                num_classes=10).tolist()
-    assert (data_dir / "classifier").is_dir()  # cached beside the data
     rebuilt = fid["reconstructions"]
     assert rebuilt["digits"] == 32 and 0 <= rebuilt["recall"] <= 1
     assert rebuilt["fd_ratio"] == pytest.approx(fid["samples"]["fd"] / rebuilt["fd"])
@@ -84,16 +85,14 @@ def test_eval_of_empty_directory_is_one_line_error(tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
 
 
-def test_eval_scores_a_baseline_in_the_same_run(trained_run, tmp_path, capsys):
+def test_eval_scores_a_baseline_in_the_same_run(trained_run, eval_data_dir, tmp_path, capsys):
     """--baseline-dir: the baseline's samples scored with the same classifier and reference,
     and the FD ratio; scoring the run against itself gives exactly 1."""
-    data_dir = tmp_path / "data"
-    write_synthetic_idx(data_dir, num_train=512, num_test=64)
     out = tmp_path / "eval.json"
     code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
-                 str(data_dir), "--json", str(out), "--iwae-k", "0", "--samples-per-digit", "6",
-                 "--baseline-dir", str(trained_run.directory), "--report-dir",
-                 str(tmp_path / "reports")])
+                 str(eval_data_dir), "--json", str(out), "--iwae-k", "0",
+                 "--samples-per-digit", "6", "--baseline-dir", str(trained_run.directory),
+                 "--report-dir", str(tmp_path / "reports")])
     assert code == 0
     assert "ours / baseline FD = 1.000" in capsys.readouterr().out
     fid = json.loads(out.read_text())["fidelity"]
@@ -108,14 +107,13 @@ def test_eval_baseline_needs_fidelity(trained_run, tmp_path, capsys):
     assert "--baseline-dir" in capsys.readouterr().err
 
 
-def test_eval_pixel_sharpness_redraws_the_pictures_and_keeps_the_bounds(trained_run, tmp_path,
+def test_eval_pixel_sharpness_redraws_the_pictures_and_keeps_the_bounds(trained_run,
+                                                                        eval_data_dir, tmp_path,
                                                                         capsys):
     """--pixel-sharpness 3 draws the samples sharper than the checkpoint's own (its baseline
     here: the same run as it is), and every bound is the one of an eval without the flag."""
-    data_dir = tmp_path / "data"
-    write_synthetic_idx(data_dir, num_train=512, num_test=64)
     common = ["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
-              str(data_dir), "--iwae-k", "4", "--iwae-limit", "8", "--iwae-k-marginal", "2",
+              str(eval_data_dir), "--iwae-k", "4", "--iwae-limit", "8", "--iwae-k-marginal", "2",
               "--samples-per-digit", "6", "--report-dir", str(tmp_path / "reports")]
     sharp, plain = tmp_path / "sharp.json", tmp_path / "plain.json"
     assert main([*common, "--pixel-sharpness", "3", "--baseline-dir",

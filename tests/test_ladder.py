@@ -149,14 +149,10 @@ def test_bayes_rule_reads_digits_and_the_service_serves_the_ladder(ladder):
         assert reply.status_code == 200 and len(reply.json()["probabilities"]) == 10
 
 
-def test_cvae_eval_scores_a_ladder(ladder, tmp_path, capsys):
-    from cvae.data.synthetic import write_synthetic_idx
-
+def test_cvae_eval_scores_a_ladder(ladder, eval_data_dir, tmp_path, capsys):
     run, _ = ladder
-    data_dir = tmp_path / "data"
-    write_synthetic_idx(data_dir, num_train=512, num_test=64)
     out = tmp_path / "eval.json"
-    assert main(["eval", "--checkpoint-dir", str(run.directory), "--data-dir", str(data_dir),
+    assert main(["eval", "--checkpoint-dir", str(run.directory), "--data-dir", str(eval_data_dir),
                  "--json", str(out), "--iwae-k", "4", "--iwae-k-marginal", "2", "--iwae-chunk",
                  "4", "--iwae-limit", "20", "--samples-per-digit", "6"]) == 0
     table = capsys.readouterr().out
