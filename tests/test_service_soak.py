@@ -1,7 +1,8 @@
 """Soak of a real `cvae serve --workers 2` (`make soak` runs it longer): mixed load, checkpoints
 changing under load, slow and abandoned clients. Traffic only to 127.0.0.1.
 
-Durations: CVAE_SOAK_SECONDS (default 12), CVAE_CHURN_SECONDS (default 8)."""
+Durations: CVAE_SOAK_SECONDS (default 6), CVAE_CHURN_SECONDS (default 8; the churn runs on, up
+to 3x, until the server has served a newer step)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 READ_TIMEOUT, WRITE_TIMEOUT = 2.0, 3.0
 WORKERS = 2
-SOAK_SECONDS = float(os.environ.get("CVAE_SOAK_SECONDS", 12))
-CHURN_SECONDS = float(os.environ.get("CVAE_CHURN_SECONDS", 20))
+SOAK_SECONDS = float(os.environ.get("CVAE_SOAK_SECONDS", 6))
+CHURN_SECONDS = float(os.environ.get("CVAE_CHURN_SECONDS", 8))
 
 
 @pytest.fixture(scope="module")
