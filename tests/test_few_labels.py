@@ -4,6 +4,7 @@ the batches, and that `--labels all` is the conditional VAE it always was."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import subprocess
 
 import jax
@@ -91,6 +92,35 @@ def test_every_label_model_has_no_classifier_and_few_label_model_has_one():
     assert tree_equal({k: few[k] for k in plain}, plain)
 
 
+@functools.partial(jax.jit, static_argnames=("model", "kl_weight"))
+def label_terms(model, variables, x_labelled, y_labelled, x_unlabelled, z_key, kl_weight,
+                shift_key=None):
+    """`few_labels.per_label_terms`' outputs in evaluation mode, jitted (eager, each op compiled
+    on its own); their n_l and rows' rest_dims come back as arrays."""
+    outputs, _ = few_labels.per_label_terms(
+        model, variables, x_labelled=x_labelled, y_labelled=y_labelled,
+        x_unlabelled=x_unlabelled, z_key=z_key, kl_weight=kl_weight, train=False, rngs={},
+        mutable=[], shift_key=shift_key)
+    return outputs
+
+
+@functools.partial(jax.jit, static_argnames=("n_l", "rest_dims", "config", "kl_weight",
+                                             "labelled_share"))
+def jitted_semi_loss(logits, rows, second, y_labelled, n_l, rest_dims, config, kl_weight,
+                     labelled_share):
+    return few_labels.semi_supervised_loss(
+        (logits, rows._replace(rest_dims=rest_dims), n_l, second), config=config,
+        kl_weight=kl_weight, labelled_share=labelled_share, y_labelled=y_labelled)
+
+
+def semi_loss(outputs, *, config, kl_weight, labelled_share, y_labelled):
+    """`few_labels.semi_supervised_loss`, jitted (eager, each op compiled on its own), n_l and
+    rest_dims static as in the train step."""
+    logits, rows, n_l, second = outputs
+    return jitted_semi_loss(logits, rows._replace(rest_dims=None), second, y_labelled,
+                            int(n_l), int(rows.rest_dims), config, kl_weight, labelled_share)
+
+
 def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
     config = SEMI.replace(kl_weight=2.0, classifier_weight=0.5)
     model = create_model(config)
@@ -99,31 +129,34 @@ def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
     x = jnp.asarray(data.train_images.reshape(8, -1) / 255.0, jnp.float32)
     y = jnp.asarray(data.train_labels[:3], jnp.int32)
     z_key = jax.random.key(7)
-    outputs, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
-                                            x_unlabelled=x[3:], z_key=z_key, kl_weight=2.0,
-                                            train=False, rngs={}, mutable=[])
-    loss, terms = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=2.0,
-                                                  labelled_share=0.25, y_labelled=y)
+    outputs = label_terms(model, variables, x[:3], y, x[3:], z_key, 2.0)
+    loss, terms = semi_loss(outputs, config=config, kl_weight=2.0, labelled_share=0.25,
+                            y_labelled=y)
 
     # By hand: each unlabelled image with each label on its own, with the noise of its row
     # (labelled rows first, then image i with label k at 3 + 10 i + k).
     noise = jax.random.normal(z_key, (3 + 5 * CLASSES, config.latent_dim))
 
-    def neg_elbo(image, label, row):
+    @jax.jit  # eager, each op compiled on its own (53 calls)
+    def jitted_neg_elbo(variables, image, label, noise_row):
         mean, logvar = model.apply(variables, image[None], jnp.array([label]), method="encode")
-        z = mean + jnp.exp(0.5 * logvar) * noise[row]
+        z = mean + jnp.exp(0.5 * logvar) * noise_row
         logits = model.apply(variables, z, jnp.array([label]), method="decode")
-        return float(densities.reconstruction(logits, image[None], config.likelihood)[0]
-                     + 2.0 * densities.kl_per_dimension(mean, logvar).sum())
+        return (densities.reconstruction(logits, image[None], config.likelihood)[0]
+                + 2.0 * densities.kl_per_dimension(mean, logvar).sum())
 
+    def neg_elbo(image, label, row):
+        return float(jitted_neg_elbo(variables, image, label, noise[row]))
+
+    classify = jax.jit(functools.partial(model.apply, method="classify"))
     unlabelled = []
     for i in range(5):
-        logits = model.apply(variables, x[3 + i][None], method="classify")[0]
+        logits = classify(variables, x[3 + i][None])[0]
         q = np.asarray(jax.nn.softmax(logits), np.float64)
         per_label = [neg_elbo(x[3 + i], k, 3 + CLASSES * i + k) for k in range(CLASSES)]
         unlabelled.append(np.sum(q * per_label) + np.sum(q * np.log(q)))
     labelled = [neg_elbo(x[j], int(y[j]), j) for j in range(3)]
-    class_logits = model.apply(variables, x[:3], method="classify")
+    class_logits = classify(variables, x[:3])
     cross_entropy = -np.mean(np.asarray(jax.nn.log_softmax(class_logits))[np.arange(3), y])
     assert float(terms["unlabelled_loss"]) == pytest.approx(np.mean(unlabelled), rel=1e-5)
     assert float(terms["labelled_loss"]) == pytest.approx(np.mean(labelled), rel=1e-5)
@@ -269,29 +302,26 @@ def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
     variables = init_variables(model, jax.random.key(3))
     x = jnp.asarray(synthetic_dataset(8).train_images.reshape(8, -1) / 255.0, jnp.float32)
     y = jnp.zeros((3,), jnp.int32)
-    plain, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
-                                          x_unlabelled=x[3:], z_key=jax.random.key(1),
-                                          kl_weight=1.0, train=False, rngs={}, mutable=[])
+    plain = label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1), 1.0)
     assert plain[3] is None
-    shifted, _ = few_labels.per_label_terms(model, variables, x_labelled=x[:3], y_labelled=y,
-                                            x_unlabelled=x[3:], z_key=jax.random.key(1),
-                                            kl_weight=1.0, train=False, rngs={}, mutable=[],
-                                            shift_key=jax.random.key(2))
+    shifted = label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1), 1.0,
+                          shift_key=jax.random.key(2))
     assert shifted[0].shape == (8, CLASSES) and shifted[3].shape == (5, CLASSES)
-    base, terms = few_labels.semi_supervised_loss(
-        shifted, config=config.replace(consistency_weight=0.0), kl_weight=1.0,
-        labelled_share=0.1, y_labelled=y)
-    with_consistency, _ = few_labels.semi_supervised_loss(
-        shifted, config=config, kl_weight=1.0, labelled_share=0.1, y_labelled=y)
+    base, terms = semi_loss(shifted, config=config.replace(consistency_weight=0.0),
+                            kl_weight=1.0, labelled_share=0.1, y_labelled=y)
+    with_consistency, _ = semi_loss(shifted, config=config, kl_weight=1.0, labelled_share=0.1,
+                                    y_labelled=y)
     assert float(terms["consistency"]) > 0
     # float32 losses of a few hundred nats: their difference is good to about 1e-4
     assert float(with_consistency - base) == pytest.approx(3.0 * float(terms["consistency"]),
                                                            abs=5e-4)
 
 
+@functools.partial(jax.jit, static_argnames="kl_weight")
 def elbo_rows(rec, kl_per_dim, kl_weight=1.0) -> RowTerms:
     """The ELBO's rows from per-row reconstructions f32[R] and KLs per dimension f32[R, D]
-    (each dimension's KL in closed form, as the one-latent family's)."""
+    (each dimension's KL in closed form, as the one-latent family's); jitted (eager, each op
+    compiled on its own), so its rest_dims comes back as an array."""
     kl = kl_per_dim.sum(-1)
     return RowTerms(rec + kl_weight * kl, rec, kl, kl_per_dim, jnp.zeros_like(rec), -(rec + kl),
                     0)
@@ -304,10 +334,10 @@ def test_entropy_weight_adds_the_unlabelled_readings_mean_entropy():
     kl_per_dim = jnp.asarray(rng.random((2 + 3 * CLASSES, 3)), jnp.float32)
     outputs, y = (logits, elbo_rows(rec, kl_per_dim), 2, None), jnp.zeros((2,), jnp.int32)
     config = SEMI.replace(classifier_weight=0.5)
-    base, terms = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=1.0,
-                                                  labelled_share=0.1, y_labelled=y)
-    minimised, _ = few_labels.semi_supervised_loss(outputs, config=config.replace(
-        entropy_weight=2.0), kl_weight=1.0, labelled_share=0.1, y_labelled=y)
+    base, terms = semi_loss(outputs, config=config, kl_weight=1.0, labelled_share=0.1,
+                            y_labelled=y)
+    minimised, _ = semi_loss(outputs, config=config.replace(entropy_weight=2.0), kl_weight=1.0,
+                             labelled_share=0.1, y_labelled=y)
     q = jax.nn.softmax(logits[2:])
     entropy = float(-jnp.sum(q * jnp.log(q), axis=-1).mean())
     assert float(terms["entropy"]) == pytest.approx(entropy, rel=1e-5)
@@ -320,18 +350,27 @@ def linear_classifier(seed: int):
     return lambda images: images @ weights
 
 
+# few_labels.virtual_adversarial_loss jitted, as the train step runs it (eager, each op compiled
+# on its own)
+vat_loss = jax.jit(few_labels.virtual_adversarial_loss, static_argnums=0,
+                   static_argnames="epsilon")
+
+
 def test_virtual_adversarial_offset_changes_the_reading_more_than_random_ones():
     """The power iteration finds a worse direction than chance: at the same length, the
     divergence it reports exceeds that of every one of 50 random offsets."""
     classify = linear_classifier(0)
     images = jnp.asarray(np.random.default_rng(1).random((6, 784)), jnp.float32)
-    adversarial = few_labels.virtual_adversarial_loss(classify, images, jax.random.key(2),
-                                                      epsilon=1.0)
+    adversarial = vat_loss(classify, images, jax.random.key(2), epsilon=1.0)
     clean = jax.nn.log_softmax(classify(images))
 
-    def divergence(offset):
+    @jax.jit  # eager, each op compiled on its own (50 calls)
+    def jitted_divergence(clean, offset):
         moved = jax.nn.log_softmax(classify(images + offset))
-        return float(jnp.sum(jnp.exp(clean) * (clean - moved), axis=-1).mean())
+        return jnp.sum(jnp.exp(clean) * (clean - moved), axis=-1).mean()
+
+    def divergence(offset):
+        return float(jitted_divergence(clean, offset))
 
     random = [divergence(few_labels._unit_rows(jax.random.normal(jax.random.key(k), (6, 784))))
               for k in range(50)]
@@ -343,8 +382,7 @@ def test_virtual_adversarial_loss_is_zero_for_a_reading_that_ignores_the_image()
         return jnp.zeros((images.shape[0], CLASSES)) + jnp.arange(10.0)
 
     images = jnp.ones((3, 784), jnp.float32)
-    assert float(few_labels.virtual_adversarial_loss(constant, images, jax.random.key(0),
-                                                     epsilon=0.3)) == 0.0
+    assert float(vat_loss(constant, images, jax.random.key(0), epsilon=0.3)) == 0.0
 
 
 def test_free_bits_floor_each_dimensions_weighted_mean_kl():
@@ -357,8 +395,8 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     outputs = (jnp.zeros((5, CLASSES)), elbo_rows(rec, kl_per_dim, 2.0), 4, None)
     y = jnp.zeros((4,), jnp.int32)
     config = SEMI.replace(classifier_weight=0.0)
-    loss, _ = few_labels.semi_supervised_loss(outputs, config=config.replace(free_bits=0.3),
-                                              kl_weight=2.0, labelled_share=1.0, y_labelled=y)
+    loss, _ = semi_loss(outputs, config=config.replace(free_bits=0.3), kl_weight=2.0,
+                        labelled_share=1.0, y_labelled=y)
     labelled = kl_per_dim[:4]
     expected = rec[:4].mean() + 2.0 * objectives.counted_kl(
         labelled.sum(-1).mean(), labelled.mean(0), 0.0, rest_dims=0, free_bits=0.3)
@@ -366,8 +404,8 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     by_hand = float(rec[:4].mean()) + 2.0 * float(np.maximum(np.asarray(labelled).mean(0),
                                                              0.3).sum())
     assert float(loss) == pytest.approx(by_hand, rel=1e-6)
-    plain, _ = few_labels.semi_supervised_loss(outputs, config=config, kl_weight=2.0,
-                                               labelled_share=1.0, y_labelled=y)
+    plain, _ = semi_loss(outputs, config=config, kl_weight=2.0, labelled_share=1.0,
+                         y_labelled=y)
     assert float(loss) > float(plain)
 
 

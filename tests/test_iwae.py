@@ -4,6 +4,7 @@ with common draws, and the marginal and its check count the classes of the model
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -17,6 +18,10 @@ from cvae.evaluation import iwae
 from cvae.model import densities, learned_prior
 from cvae.model import prior as prior_lib
 from cvae.model.registry import create_model, init_variables
+from jitted import apply
+
+
+log_weights = jax.jit(iwae.log_weights, static_argnames="model")  # as apply
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +41,9 @@ def test_k1_equals_single_sample_elbo(tiny):
     bound = iwae.create_iwae_fn(model, 1)(variables, x, y, key)
     # Sample 0's noise, through the posterior, scored by hand under the standard prior.
     noise = iwae.sample_noise(key, 0, (32, model.noise_dim))
-    mean, logvar = model.apply(variables, x, y, method="encode")
+    mean, logvar = apply(model, variables, x, y, method="encode")
     z = mean + jnp.exp(0.5 * logvar) * noise
-    logits = model.apply(variables, z, y, method="decode")
+    logits = apply(model, variables, z, y, method="decode")
     elbo = (-densities.reconstruction(logits, x, "bernoulli") + densities.standard_log_density(z)
             - densities.gaussian_log_density(z, mean, logvar))
     np.testing.assert_allclose(bound, elbo, rtol=1e-5, atol=1e-4)
@@ -128,9 +133,11 @@ def tiny_ladder(tiny):
     return model, variables, x, y, images_u8, labels
 
 
+@functools.partial(jax.jit, static_argnames=("model", "log_prior_top"))
 def _ladder_log_weights_by_hand(model, variables, x, y, noise, log_prior_top):
     """log p(x | z, y) + sum_l log p(z_l | z_l+1, y) + log p(z_top | y) - sum_l log q(z_l | ...)
-    from the ladder's own pass, written out layer by layer."""
+    from the ladder's own pass, written out layer by layer (jitted: eager, each op compiled on
+    its own)."""
     logits, layers = model.apply(variables, x, y, noise, train=False, method="_pass")
     *lower, top = layers
     log_px = -densities.reconstruction(logits, jnp.broadcast_to(x, logits.shape), "bernoulli")
@@ -162,7 +169,7 @@ def test_the_prior_collections_mixture_is_the_top_layers_density(tiny_ladder):
     with_prior = {**variables, "prior": {prior_lib.VARIABLE: learned_prior.as_mixture(mixture)}}
     key = jax.random.key(11)
     indices = jnp.arange(2)
-    ours = iwae.log_weights(model, with_prior, images=x, labels=y, key=key, indices=indices)
+    ours = log_weights(model, with_prior, images=x, labels=y, key=key, indices=indices)
     noise = jax.vmap(lambda k: iwae.sample_noise(key, k, (32, model.noise_dim)))(indices)
     expected = _ladder_log_weights_by_hand(
         model, variables, x, y, noise,

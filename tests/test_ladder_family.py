@@ -5,6 +5,7 @@ few steps of DReG training that lower the loss. (End to end: tests/test_ladder.p
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -19,11 +20,18 @@ from cvae.model import densities, learned_prior, objectives, registry
 from cvae.model.densities import pixel_means
 from cvae.model.ladder import combine
 from cvae.model.registry import create_model, init_variables
+from jitted import apply
 
 DIMS = (4, 3, 3)  # bottom first: total 10, the noise [eps_top (3), eps_middle (3), eps_bottom (4)]
 TOTAL = sum(DIMS)
 CONFIG = presets.test().replace(model="ladder", stochastic_layers=3, latent_dim=4,
                                 upper_latent_dim=3, hidden_sizes=(32, 16), activation="tanh")
+
+
+# Jitted: eager, every op of a pass is compiled on its own (hundreds of small programs).
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def top_down(model, variables, layer, z_above, onehot):
+    return model.apply(variables, layer, z_above, onehot, method="top_down")
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +43,32 @@ def ladder():
     return model, variables, x, labels
 
 
-def walk(ladder, noise):
-    """The reparameterised pass: (pixel logits, the layers bottom first) for noise
-    f32[..., B, TOTAL]."""
-    model, variables, x, labels = ladder
+@functools.partial(jax.jit, static_argnums=0)
+def _pass(model, variables, x, labels, noise):
     return model.apply(variables, method=lambda m: m._pass(x, labels, noise, train=False))
 
 
-def terms_of(ladder, noise, **kwargs):
+def walk(ladder, noise):
+    """The reparameterised pass: (pixel logits, the layers bottom first) for noise
+    f32[..., B, TOTAL]."""
+    return _pass(*ladder, noise)
+
+
+def terms_of(ladder, noise):
     model, variables, x, labels = ladder
-    return model.apply(variables, x, labels, noise, method="terms", **kwargs)
+    return apply(model, variables, x, labels, noise, method="terms")
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _latents(model, variables, x, labels, noise):
+    _, layers = model.apply(variables, method=lambda m: m._pass(x, labels, noise, train=False))
+    return layers, model.apply(variables, x, labels, noise, method="terms")._replace(log_px=None)
+
+
+def latents_of(ladder, noise):
+    """walk's layers and terms_of's terms less log p(x | z): XLA drops the decoder, most of the
+    CPU time on many draws."""
+    return _latents(*ladder, noise)
 
 
 def test_combine_is_the_normalised_product_of_the_two_gaussians():
@@ -85,14 +109,14 @@ def test_shapes_and_the_draws_reparameterisation(ladder):
         np.testing.assert_allclose(terms.z, terms.q_mean + jnp.exp(0.5 * terms.q_logvar)
                                    * eps[layer], rtol=1e-6)
     model, variables, x, labels = ladder
-    drawn = model.apply(variables, x, labels, noise[None], method="draws")
+    drawn = apply(model, variables, x, labels, noise[None], method="draws")
     np.testing.assert_allclose(drawn[0], model.join([t.z for t in layers]), rtol=1e-6)
 
 
 def test_the_top_layers_posterior_is_encodes_and_its_prior_standard(ladder):
     model, variables, x, labels = ladder
     _, layers = walk(ladder, jnp.zeros((6, TOTAL)))
-    mean, logvar = model.apply(variables, x, labels, method="encode")
+    mean, logvar = apply(model, variables, x, labels, method="encode")
     np.testing.assert_array_equal(layers[-1].q_mean, mean)
     np.testing.assert_array_equal(layers[-1].q_logvar, logvar)
     np.testing.assert_array_equal(layers[-1].p_mean, 0.0)
@@ -103,9 +127,9 @@ def test_lower_posteriors_combine_the_bottom_up_and_the_top_down_at_the_draw_abo
     model, variables, x, labels = ladder
     _, layers = walk(ladder, jax.random.normal(jax.random.key(3), (6, TOTAL)))
     onehot = jax.nn.one_hot(labels, 10)
-    bottom_up = model.apply(variables, x, onehot, method="bottom_up")
+    bottom_up = apply(model, variables, x, onehot, method="bottom_up")
     for layer in (0, 1):
-        prior = model.apply(variables, layer, layers[layer + 1].z, onehot, method="top_down")
+        prior = top_down(model, variables, layer, layers[layer + 1].z, onehot)
         np.testing.assert_allclose(layers[layer].p_mean, prior[0], rtol=1e-6)
         q = combine(bottom_up[layer], prior)
         np.testing.assert_allclose(layers[layer].q_mean, q[0], rtol=1e-5, atol=1e-6)
@@ -142,11 +166,10 @@ def test_per_layer_kls_are_the_analytic_gaussian_kls_and_average_log_q_minus_log
     assert float(terms.kl_dims.min()) >= -1e-6
     # E_q[log q - log p] = KL, by Monte Carlo: the top layer alone, and the whole chain.
     noise = jax.random.normal(jax.random.key(5), (20000, 6, TOTAL))
-    _, draws = walk(ladder, noise)
+    draws, many = latents_of(ladder, noise)
     mc = (densities.gaussian_log_density(draws[-1].z, draws[-1].q_mean, draws[-1].q_logvar)
           - densities.standard_log_density(draws[-1].z)).mean(axis=0)
     np.testing.assert_allclose(mc, kls[-1].sum(-1), atol=0.05)
-    many = terms_of(ladder, noise)
     chain = (many.log_qz - many.log_pz).mean(axis=0)
     np.testing.assert_allclose(chain, many.kl_dims.sum(-1).mean(axis=0), atol=0.1)
     assert terms.log_qz.shape == terms.log_pz.shape == terms.log_px.shape == (1, 6)
@@ -162,19 +185,19 @@ def test_a_learned_top_prior_swaps_only_the_top_term_and_samples_its_kl():
     x = jax.random.bernoulli(jax.random.key(1), 0.3, (6, 784)).astype(jnp.float32)
     labels = jnp.array([0, 3, 7, 9, 1, 4], jnp.int32)
     noise = jax.random.normal(jax.random.key(6), (2, 6, TOTAL))
-    standard = model.apply(plain, x, labels, noise, method="terms")
-    swapped = learned.apply(variables, x, labels, noise, method="terms")
+    standard = apply(model, plain, x, labels, noise, method="terms")
+    swapped = apply(learned, variables, x, labels, noise, method="terms")
     np.testing.assert_array_equal(swapped.log_px, standard.log_px)
     np.testing.assert_array_equal(swapped.log_qz, standard.log_qz)
-    z_top = model.split(model.apply(plain, x, labels, noise, method="draws"))[-1]
-    mixture = learned.apply(variables, method="prior_mixture")
+    z_top = model.split(apply(model, plain, x, labels, noise, method="draws"))[-1]
+    mixture = apply(learned, variables, method="prior_mixture")
     shift = (learned_prior.diagonal_log_density(mixture, z_top, labels)
              - densities.standard_log_density(z_top))
     np.testing.assert_allclose(swapped.log_pz, standard.log_pz + shift, rtol=1e-5, atol=1e-4)
     assert swapped.kl_dims.shape == (2, 6, TOTAL - 3)
     np.testing.assert_allclose(swapped.kl_dims, standard.kl_dims[..., 3:], rtol=1e-6)
     log_q_top = densities.gaussian_log_density(
-        z_top, *learned.apply(variables, x, labels, method="encode"))
+        z_top, *apply(learned, variables, x, labels, method="encode"))
     np.testing.assert_allclose(swapped.kl_rest,
                                log_q_top - learned_prior.diagonal_log_density(mixture, z_top,
                                                                               labels),
@@ -198,10 +221,10 @@ def test_generate_with_zero_lower_noise_is_decode_of_the_top_code(ladder):
     model, variables, _, labels = ladder
     top = jax.random.normal(jax.random.key(8), (6, 3))
     noise = jnp.concatenate([top, jnp.zeros((6, TOTAL - 3))], axis=-1)
-    generated = model.apply(variables, noise, labels, method="generate")
-    decoded = model.apply(variables, top, labels, method="decode")
+    generated = apply(model, variables, noise, labels, method="generate")
+    decoded = apply(model, variables, top, labels, method="decode")
     np.testing.assert_array_equal(generated, decoded)
-    again = model.apply(variables, noise, labels, method="generate")
+    again = apply(model, variables, noise, labels, method="generate")
     np.testing.assert_array_equal(generated, again)  # one noise vector -> one picture
 
 
@@ -228,17 +251,17 @@ def test_scoring_a_draw_gives_the_terms_of_the_call_that_drew_it(ladder):
     model, variables, x, labels = ladder
     noise = jax.random.normal(jax.random.key(12), (2, 6, TOTAL))
     drawn = terms_of(ladder, noise)
-    z = model.apply(variables, x, labels, noise, method="draws")
-    scored = model.apply(variables, x, labels, z, method="score")
+    z = apply(model, variables, x, labels, noise, method="draws")
+    scored = apply(model, variables, x, labels, z, method="score")
     for a, b in zip(jax.tree.leaves(drawn), jax.tree.leaves(scored)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_reconstruct_is_the_elbo_at_every_layers_posterior_mean(ladder):
     model, variables, x, labels = ladder
-    mean, logvar, neg_elbo = model.apply(variables, x, labels, method="reconstruct")
+    mean, logvar, neg_elbo = apply(model, variables, x, labels, method="reconstruct")
     assert mean.shape == logvar.shape == (6, 3)
-    top = model.apply(variables, x, labels, method="encode")
+    top = apply(model, variables, x, labels, method="encode")
     np.testing.assert_array_equal(mean, top[0])
     zero = terms_of(ladder, jnp.zeros((1, 6, TOTAL)))
     np.testing.assert_allclose(neg_elbo, -zero.log_px[0] + zero.kl_dims[0].sum(-1), rtol=1e-5)
@@ -280,7 +303,7 @@ def test_a_few_dreg_steps_lower_the_loss_and_move_every_parameter():
     assert float(loss) < first - 50
     assert all(float(jnp.abs(a - b).max()) > 0 for a, b in zip(jax.tree.leaves(params),
                                                                jax.tree.leaves(moved)))
-    assert pixel_means(model.apply({"params": moved}, jnp.zeros((2, model.noise_dim)),
+    assert pixel_means(apply(model, {"params": moved}, jnp.zeros((2, model.noise_dim)),
                                    labels[:2], method="generate")).shape == (2, 784)
 
 

@@ -5,6 +5,8 @@ tiny one-latent model written out from its encoder and decoder."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,8 +14,10 @@ import pytest
 
 from cvae import presets
 from cvae.model import densities, objectives
+from cvae.model.objectives import RowTerms
 from cvae.model.interface import Terms, sampled_terms
 from cvae.model.registry import create_model, init_variables
+from jitted import apply
 
 
 def kl_divergence(mean, logvar):
@@ -34,10 +38,15 @@ def test_kl_of_standard_normal_is_zero():
 
 def test_kl_matches_a_monte_carlo_estimate():
     mean, logvar = jnp.array([[1.0]]), jnp.array([[-0.5]])
-    z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(jax.random.key(0), (200000, 1))
-    log_q = jax.scipy.stats.norm.logpdf(z, mean, jnp.exp(0.5 * logvar))
-    log_p = jax.scipy.stats.norm.logpdf(z)
-    assert float(jnp.mean(log_q - log_p)) == pytest.approx(
+
+    @jax.jit  # eager, each op compiled on its own
+    def estimate(mean, logvar):
+        z = mean + jnp.exp(0.5 * logvar) * jax.random.normal(jax.random.key(0), (200000, 1))
+        log_q = jax.scipy.stats.norm.logpdf(z, mean, jnp.exp(0.5 * logvar))
+        log_p = jax.scipy.stats.norm.logpdf(z)
+        return jnp.mean(log_q - log_p)
+
+    assert float(estimate(mean, logvar)) == pytest.approx(
         float(kl_divergence(mean, logvar)[0]), abs=0.01)
 
 
@@ -98,13 +107,41 @@ class Fixed:
         return out if mutable is False else (out, {})
 
 
-def rows_of(terms: Terms, noise_dim: int, *, objective="elbo", kl_weight=1.0):
+@functools.partial(jax.jit, static_argnames=("noise_dim", "objective", "kl_weight"))
+def fixed_rows(terms: Terms, noise_dim: int, objective: str, kl_weight: float) -> RowTerms:
+    """The rows of `Fixed(terms)`, jitted (eager, each op compiled on its own)."""
     model = Fixed(terms, noise_dim)
     k, b = terms.log_px.shape
     rows, _, _ = objectives.row_terms(model, {}, images=jnp.zeros((b, 1)),
                                       labels=jnp.zeros((b,), jnp.int32),
                                       noise=jnp.zeros((k, b, noise_dim)), objective=objective,
                                       kl_weight=kl_weight)
+    return rows
+
+
+def rows_of(terms: Terms, noise_dim: int, *, objective="elbo", kl_weight=1.0) -> RowTerms:
+    rows = fixed_rows(terms, noise_dim, objective, kl_weight)
+    return rows._replace(rest_dims=int(rows.rest_dims))  # a Python int, as row_terms gives it
+
+
+@functools.partial(jax.jit, static_argnames=("rest_dims", "objective", "kl_weight", "free_bits"))
+def jitted_batch_loss(rows, weights, rest_dims, objective, kl_weight, free_bits):
+    return objectives.batch_loss(rows._replace(rest_dims=rest_dims), objective=objective,
+                                 kl_weight=kl_weight, free_bits=free_bits, weights=weights)
+
+
+def batch_loss(rows: RowTerms, *, objective, kl_weight, free_bits, weights=None):
+    """`objectives.batch_loss`, jitted (eager, each op compiled on its own), rest_dims static as
+    in the train step."""
+    return jitted_batch_loss(rows._replace(rest_dims=None), weights, int(rows.rest_dims),
+                             objective, kl_weight, free_bits)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "objective", "kl_weight"))
+def model_rows(model, variables, images, labels, noise, objective, kl_weight) -> RowTerms:
+    """A real model's rows, jitted (eager, each op compiled on its own); rest_dims an array."""
+    rows, _, _ = objectives.row_terms(model, variables, images=images, labels=labels,
+                                      noise=noise, objective=objective, kl_weight=kl_weight)
     return rows
 
 
@@ -124,7 +161,7 @@ def test_loss_is_batch_mean_reconstruction_plus_weighted_kl_by_hand():
     terms = closed_form_terms(-densities.reconstruction(logits, targets, "bernoulli"),
                               densities.kl_per_dimension(mean, logvar))
     rows = rows_of(terms, 3, kl_weight=0.5)
-    loss, parts = objectives.batch_loss(rows, objective="elbo", kl_weight=0.5, free_bits=0.0)
+    loss, parts = batch_loss(rows, objective="elbo", kl_weight=0.5, free_bits=0.0)
     assert float(parts["reconstruction"]) == pytest.approx(784 * np.log(2), rel=1e-6)
     assert float(parts["kl"]) == pytest.approx(0.75, rel=1e-6)
     assert float(loss) == pytest.approx(784 * np.log(2) + 0.5 * 0.75, rel=1e-6)
@@ -141,10 +178,10 @@ def test_free_bits_floor_each_dimensions_batch_mean_kl():
                               densities.kl_per_dimension(mean, logvar))
     rows = rows_of(terms, 2, kl_weight=2.0)
     assert rows.rest_dims == 0
-    loss, parts = objectives.batch_loss(rows, objective="elbo", kl_weight=2.0, free_bits=1.0)
+    loss, parts = batch_loss(rows, objective="elbo", kl_weight=2.0, free_bits=1.0)
     assert float(loss) == pytest.approx(784 * np.log(2) + 2.0 * 3.5, rel=1e-6)
     assert float(parts["kl"]) == pytest.approx(2.505, rel=1e-6)  # reported unfloored
-    without, _ = objectives.batch_loss(rows, objective="elbo", kl_weight=2.0, free_bits=0.0)
+    without, _ = batch_loss(rows, objective="elbo", kl_weight=2.0, free_bits=0.0)
     assert float(without) == pytest.approx(784 * np.log(2) + 2.0 * 2.505, rel=1e-6)
 
 
@@ -172,10 +209,10 @@ def test_free_bits_floor_the_sampled_kl_at_free_bits_a_dimension_it_covers():
     rows = rows_of(sampled_terms(log_px, log_pz, log_qz), 4)
     assert rows.rest_dims == 4 and rows.kl_dims.shape == (3, 0)
     np.testing.assert_allclose(rows.kl_rest, [0.5, -1.0, 1.5])
-    loss, parts = objectives.batch_loss(rows, objective="elbo", kl_weight=0.5, free_bits=0.25)
+    loss, parts = batch_loss(rows, objective="elbo", kl_weight=0.5, free_bits=0.25)
     assert float(parts["kl"]) == pytest.approx(1 / 3, rel=1e-6)
     assert float(loss) == pytest.approx(100.0 + 0.5 * 0.25 * 4, rel=1e-6)  # the floor: 1 nat
-    loss, _ = objectives.batch_loss(rows, objective="elbo", kl_weight=0.5, free_bits=0.05)
+    loss, _ = batch_loss(rows, objective="elbo", kl_weight=0.5, free_bits=0.05)
     assert float(loss) == pytest.approx(100.0 + 0.5 / 3, rel=1e-6)  # above the floor (0.2)
 
 
@@ -189,7 +226,7 @@ def test_free_bits_act_on_both_parts_of_a_ladder_with_a_learned_top():
     terms = Terms(log_px, jnp.zeros_like(log_px), kl_dims.sum(-1) + kl_rest, kl_dims, kl_rest)
     rows = rows_of(terms, 5)
     assert rows.rest_dims == 3
-    loss, parts = objectives.batch_loss(rows, objective="elbo", kl_weight=1.0, free_bits=0.5)
+    loss, parts = batch_loss(rows, objective="elbo", kl_weight=1.0, free_bits=0.5)
     assert float(parts["kl"]) == pytest.approx(0.2 + 1.5 + 0.3, rel=1e-6)
     assert float(loss) == pytest.approx(15.0 + (0.5 + 1.5) + 3 * 0.5, rel=1e-6)
 
@@ -210,8 +247,8 @@ def test_weighted_rows_are_m2s_explicit_formula():
     rows = rows_of(terms, d, kl_weight=beta)
     w = jnp.asarray(weights, jnp.float32)
     for free_bits in (0.0, floor):
-        loss, parts = objectives.batch_loss(rows, objective="elbo", kl_weight=beta,
-                                            free_bits=free_bits, weights=w)
+        loss, parts = batch_loss(rows, objective="elbo", kl_weight=beta, free_bits=free_bits,
+                                 weights=w)
         per_dim = weights @ kl_dims
         counted = np.maximum(per_dim, free_bits).sum() if free_bits else per_dim.sum()
         expected = weights @ (rec + beta * kl_dims.sum(-1)) + beta * (counted - per_dim.sum())
@@ -223,8 +260,8 @@ def test_weighted_rows_are_m2s_explicit_formula():
     noise_rows = rows_of(Terms(jnp.concatenate([log_px, log_px - 1.0]),
                                jnp.zeros((2, b)), jnp.zeros((2, b)), jnp.zeros((2, b, 0)),
                                jnp.zeros((2, b))), d, objective="iwae", kl_weight=beta)
-    loss, parts = objectives.batch_loss(noise_rows, objective="iwae", kl_weight=beta,
-                                        free_bits=0.0, weights=w)
+    loss, parts = batch_loss(noise_rows, objective="iwae", kl_weight=beta, free_bits=0.0,
+                             weights=w)
     bound = np.logaddexp(-rec, -rec - 1.0) - np.log(2)
     assert float(loss) == pytest.approx(-(weights @ bound), rel=1e-5)
     assert float(parts["bound"]) == pytest.approx(weights @ bound, rel=1e-5)
@@ -240,29 +277,26 @@ def test_the_elbo_of_a_tiny_one_latent_model_by_hand(kl_weight):
     x = jax.random.bernoulli(jax.random.key(1), 0.3, (3, 784)).astype(jnp.float32)
     y = jnp.array([0, 4, 9], jnp.int32)
     noise = jax.random.normal(jax.random.key(2), (1, 3, 2))
-    mean, logvar = (np.asarray(a, np.float64) for a in model.apply(variables, x, y,
-                                                                   method="encode"))
+    mean, logvar = (np.asarray(a, np.float64)
+                    for a in apply(model, variables, x, y, method="encode"))
     z = mean + np.exp(0.5 * logvar) * np.asarray(noise[0], np.float64)
-    logits = np.asarray(model.apply(variables, jnp.asarray(z, jnp.float32), y, method="decode"),
+    logits = np.asarray(apply(model, variables, jnp.asarray(z, jnp.float32), y, method="decode"),
                         np.float64)
     targets = np.asarray(x, np.float64)
     log_px = np.sum(targets * -np.logaddexp(0, -logits)
                     + (1 - targets) * -np.logaddexp(0, logits), axis=-1)
     kl = 0.5 * np.sum(np.exp(logvar) + mean ** 2 - 1 - logvar, axis=-1)
 
-    rows, _, _ = objectives.row_terms(model, variables, images=x, labels=y, noise=noise,
-                                      objective="elbo", kl_weight=kl_weight)
+    rows = model_rows(model, variables, x, y, noise, "elbo", kl_weight)
     np.testing.assert_allclose(rows.bound, log_px - kl, rtol=1e-5)
     np.testing.assert_allclose(rows.reconstruction, -log_px, rtol=1e-5)
     np.testing.assert_allclose(rows.kl, kl, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(rows.neg_bound, -log_px + kl_weight * kl, rtol=1e-5)
-    loss, parts = objectives.batch_loss(rows, objective="elbo", kl_weight=kl_weight,
-                                        free_bits=0.0)
+    loss, parts = batch_loss(rows, objective="elbo", kl_weight=kl_weight, free_bits=0.0)
     assert float(loss) == pytest.approx(np.mean(-log_px + kl_weight * kl), rel=1e-5)
     assert float(parts["kl"]) == pytest.approx(kl.mean(), rel=1e-4)
     # The importance-weighted bound of one draw is this ELBO with the KL sampled.
-    iwae, _, _ = objectives.row_terms(model, variables, images=x, labels=y, noise=noise,
-                                      objective="iwae", kl_weight=1.0)
+    iwae = model_rows(model, variables, x, y, noise, "iwae", 1.0)
     log_q = np.sum(-0.5 * (np.log(2 * np.pi) + logvar + (z - mean) ** 2 / np.exp(logvar)), -1)
     log_p = np.sum(-0.5 * (np.log(2 * np.pi) + z ** 2), -1)
     np.testing.assert_allclose(iwae.bound, log_px + log_p - log_q, rtol=1e-5)

@@ -17,6 +17,7 @@ from cvae.config import Config, ConfigError
 from cvae.model import registry
 from cvae.model.interface import Family, Terms
 from cvae.model.registry import create_model, init_variables
+from jitted import apply
 
 # Shared by every family (the base class holds them): not any family's encoder or decoder.
 SHARED = {"classifier", "pseudo_inputs", "learned"}
@@ -43,18 +44,18 @@ def test_a_family_answers_the_interface(name):
     x = jax.random.bernoulli(jax.random.key(1), 0.3, (b, 784)).astype(jnp.float32)
     y = jnp.array([1, 5, 9], jnp.int32)
     noise = jax.random.normal(jax.random.key(2), (2, b, model.noise_dim))
-    terms = model.apply(variables, x, y, noise, method="terms")
+    terms = apply(model, variables, x, y, noise, method="terms")
     assert isinstance(terms, Terms)
     assert all(t.shape == (2, b) for t in (terms.log_px, terms.log_pz, terms.log_qz,
                                            terms.kl_rest))
     assert terms.kl_dims.shape[:2] == (2, b) and terms.kl_dims.shape[2] <= model.noise_dim
-    assert model.apply(variables, x, y, noise, method="draws").shape == (2, b, model.noise_dim)
-    mean, logvar = model.apply(variables, x, y, method="encode")
+    assert apply(model, variables, x, y, noise, method="draws").shape == (2, b, model.noise_dim)
+    mean, logvar = apply(model, variables, x, y, method="encode")
     assert mean.shape == logvar.shape == (b, model.code_dim)
-    assert model.apply(variables, mean, y, method="decode").shape == (b, 784)
-    assert model.apply(variables, noise[0], y, method="generate").shape == (b, 784)
-    assert model.apply(variables, x, method="classify").shape == (b, 10)
-    assert [a.shape for a in model.apply(variables, x, y, method="reconstruct")] == [
+    assert apply(model, variables, mean, y, method="decode").shape == (b, 784)
+    assert apply(model, variables, noise[0], y, method="generate").shape == (b, 784)
+    assert apply(model, variables, x, method="classify").shape == (b, 10)
+    assert [a.shape for a in apply(model, variables, x, y, method="reconstruct")] == [
         (b, model.code_dim), (b, model.code_dim), (b,)]
 
 

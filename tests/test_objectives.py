@@ -84,6 +84,21 @@ def toy_rows(params, noise, objective):
     return rows
 
 
+@jax.jit  # eager, each op compiled on its own
+def toy_elbo(params):
+    """The toy's ELBO f32[B] in closed form: E_q[log N(x; z, I)] + E_q[log N(z; mu, I)] + H(q)."""
+    m, var, mu = params["q_mean"], jnp.exp(params["q_logvar"]), params["mu"]
+    return (-0.5 * jnp.sum(math.log(2 * math.pi) + jnp.square(X - m) + var, axis=-1)
+            - 0.5 * jnp.sum(math.log(2 * math.pi) + jnp.square(m - mu) + var, axis=-1)
+            + 0.5 * jnp.sum(math.log(2 * math.pi) + 1.0 + params["q_logvar"], axis=-1))
+
+
+@jax.jit  # eager, each op compiled on its own (the vmap too)
+def mean_toy_bound(params, noise):
+    """The mean IWAE bound of the toy over runs of noise f32[runs, K, B, D]."""
+    return jnp.mean(jax.vmap(lambda n: obj.iwae_bound(toy_log_weights(params, n)))(noise))
+
+
 def iwae_value(params, noise):
     return -toy_rows(params, noise, "iwae").neg_bound.sum()
 
@@ -114,13 +129,9 @@ def test_k1_bound_is_the_single_sample_elbo_and_averages_to_the_analytic_elbo():
     # The ELBO row (its KL sampled: the toy has no closed form) is the same single draw.
     np.testing.assert_allclose(toy_rows(params, noise_of(0, 1), "elbo").bound, log_w[0],
                                rtol=1e-6)
-    # The mean of 40,000 single-sample bounds is the ELBO in closed form:
-    # E_q[log N(x; z, I)] + E_q[log N(z; mu, I)] + H(q).
+    # The mean of 40,000 single-sample bounds is the ELBO in closed form.
     many = toy_log_weights(params, noise_of(1, 40000))
-    m, var, mu = params["q_mean"], jnp.exp(params["q_logvar"]), params["mu"]
-    elbo = (-0.5 * jnp.sum(math.log(2 * math.pi) + jnp.square(X - m) + var, axis=-1)
-            - 0.5 * jnp.sum(math.log(2 * math.pi) + jnp.square(m - mu) + var, axis=-1)
-            + 0.5 * jnp.sum(math.log(2 * math.pi) + 1.0 + params["q_logvar"], axis=-1))
+    elbo = toy_elbo(params)
     error = 4 * np.asarray(many.std(axis=0)) / math.sqrt(40000)
     assert np.all(np.abs(np.asarray(many.mean(axis=0) - elbo)) <= error)
 
@@ -138,8 +149,8 @@ def test_bound_is_exact_at_the_true_posterior_for_any_k(k):
 
 def test_bound_tightens_with_k_towards_log_evidence():
     params = toy_params()
-    means = [float(jnp.mean(jax.vmap(lambda n: obj.iwae_bound(toy_log_weights(params, n)))(
-        noise_of(3, 2000 * k).reshape(2000, k, 2, D)))) for k in (1, 4, 16)]
+    means = [float(mean_toy_bound(params, noise_of(3, 2000 * k).reshape(2000, k, 2, D)))
+             for k in (1, 4, 16)]
     assert means[0] < means[1] < means[2] < float(log_evidence(params["mu"]).mean())
 
 
@@ -224,10 +235,14 @@ def conditional_toy_log_weights(images, labels, noise):
             - densities.gaussian_log_density(z, (images - centre) / 2, logvar))
 
 
+@jax.jit  # eager, each op compiled on its own
+def conditional_toy_bounds(images, noise):
+    return obj.per_label_bounds(conditional_toy_log_weights, images, noise, num_classes=10)
+
+
 def test_per_label_bounds_are_each_labels_evidence_and_bayes_picks_the_nearest_centre():
     images = CENTRES[jnp.array([3, 7, 0, 9])] + 0.3
-    bounds = obj.per_label_bounds(conditional_toy_log_weights, images,
-                                  normals(10, (4, 4, D)), num_classes=10)
+    bounds = conditional_toy_bounds(images, normals(10, (4, 4, D)))
     exact = densities.gaussian_log_density(images[:, None, :], CENTRES[None], math.log(2.0))
     np.testing.assert_allclose(bounds, exact, rtol=1e-5)
     labels, probabilities = obj.bayes_classify(bounds)
@@ -237,6 +252,25 @@ def test_per_label_bounds_are_each_labels_evidence_and_bayes_picks_the_nearest_c
     np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, rtol=1e-6)
 
 
+@functools.partial(jax.jit, static_argnames="model")
+def model_log_weights(model, variables, images, labels, noise):
+    """`obj.sampling_log_weights_fn`'s log w, jitted (eager, each op compiled on its own)."""
+    return obj.sampling_log_weights_fn(model, variables)(images, labels, noise)
+
+
+# `cvae eval`'s log weights, jitted (eager, each op compiled on its own)
+eval_log_weights = jax.jit(iwae_eval.log_weights, static_argnames="model")
+
+
+@functools.partial(jax.jit, static_argnames=("model", "num_classes"))
+def model_bounds(model, variables, images, noise, num_classes):
+    """`obj.per_label_bounds` of the model's own log weights, jitted (eager, each op compiled
+    on its own)."""
+    return obj.per_label_bounds(obj.sampling_log_weights_fn(model, variables), images, noise,
+                                num_classes=num_classes)
+
+
+@functools.partial(jax.jit, static_argnames="model")  # eager, each op compiled on its own
 def by_hand_log_weights(model, variables, images, labels, noise):
     """log w f32[K, B] of a one-latent model under the standard prior, written out from its
     encoder and decoder: log p(x|z,y) + log N(z; 0, I) - log q(z|x,y)."""
@@ -264,9 +298,8 @@ def test_model_log_weights_are_the_evaluations(tiny_cvae):
     model, variables, x, y, latent_dim = tiny_cvae
     key, indices = jax.random.key(3), jnp.arange(4)
     noise = jax.vmap(lambda i: iwae_eval.sample_noise(key, i, (6, latent_dim)))(indices)
-    ours = obj.sampling_log_weights_fn(model, variables)(x, y, noise)
-    theirs = iwae_eval.log_weights(model, variables, images=x, labels=y, key=key,
-                                   indices=indices)
+    ours = model_log_weights(model, variables, x, y, noise)
+    theirs = eval_log_weights(model, variables, images=x, labels=y, key=key, indices=indices)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(ours, by_hand_log_weights(model, variables, x, y, noise),
                                rtol=1e-5, atol=1e-4)
@@ -276,7 +309,7 @@ def test_one_batched_pass_equals_ten_passes_of_one_label(tiny_cvae):
     model, variables, x, _, latent_dim = tiny_cvae
     noise = normals(11, (3, 6, latent_dim))
     log_weights_fn = jax.jit(obj.sampling_log_weights_fn(model, variables))
-    bounds = obj.per_label_bounds(log_weights_fn, x, noise, num_classes=10)
+    bounds = model_bounds(model, variables, x, noise, 10)  # log_weights_fn's, in one call
     for label in range(10):
         alone = obj.iwae_bound(log_weights_fn(x, jnp.full((6,), label, jnp.int32), noise))
         np.testing.assert_allclose(bounds[:, label], alone, rtol=1e-5, atol=1e-4)
@@ -304,8 +337,7 @@ def test_bayes_rule_reads_each_row_alone_and_normalises(index):
     np.testing.assert_allclose(alone[0], together[2], rtol=1e-4, atol=1e-5)
     noise = jnp.broadcast_to(jax.random.normal(jax.random.key(0), (4, 1, model.noise_dim)),
                              (4, 5, model.noise_dim))
-    bounds = obj.per_label_bounds(obj.sampling_log_weights_fn(model, variables), x, noise,
-                                  num_classes=model.num_classes)
+    bounds = model_bounds(model, variables, x, noise, model.num_classes)
     np.testing.assert_allclose(together, jax.nn.softmax(bounds, axis=-1), rtol=1e-4, atol=1e-6)
 
 
@@ -317,8 +349,6 @@ def test_a_trained_model_reads_digits_by_bayes_rule(transfer_run):
     images_u8, labels = transfer_run.data.test_images, transfer_run.data.test_labels
     x = iwae_eval.binarize_levels(jax.random.key(0), images_u8)
     noise = normals(12, (8, len(x), config.latent_dim))
-    bounds = obj.per_label_bounds(
-        obj.sampling_log_weights_fn(model, checkpoint.state.eval_variables()), x, noise,
-        num_classes=10)
+    bounds = model_bounds(model, checkpoint.state.eval_variables(), x, noise, 10)
     read, _ = obj.bayes_classify(bounds)
     assert np.mean(np.asarray(read) == labels) >= 0.95
