@@ -22,8 +22,7 @@ def test_eval_writes_json_table_and_reports(trained_run, eval_data_dir, tmp_path
     out = tmp_path / "out" / "eval.json"
     code = main(["eval", "--checkpoint-dir", str(trained_run.directory), "--data-dir",
                  str(eval_data_dir), "--json", str(out), "--iwae-k", "8", "--iwae-k-marginal",
-                 "2",
-                 "--iwae-chunk", "4", "--iwae-limit", "40", "--samples-per-digit", "6"])
+                 "2", "--iwae-chunk", "4", "--iwae-limit", "40", "--samples-per-digit", "6"])
     assert code == 0
     captured = capsys.readouterr()
     table = captured.out

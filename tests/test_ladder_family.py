@@ -28,12 +28,6 @@ CONFIG = presets.test().replace(model="ladder", stochastic_layers=3, latent_dim=
                                 upper_latent_dim=3, hidden_sizes=(32, 16), activation="tanh")
 
 
-# Jitted: eager, every op of a pass is compiled on its own (hundreds of small programs).
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def top_down(model, variables, layer, z_above, onehot):
-    return model.apply(variables, layer, z_above, onehot, method="top_down")
-
-
 @pytest.fixture(scope="module")
 def ladder():
     model = create_model(CONFIG)
@@ -43,9 +37,15 @@ def ladder():
     return model, variables, x, labels
 
 
+# Jitted, as `jitted.apply`: eager, every op of a pass is compiled on its own.
 @functools.partial(jax.jit, static_argnums=0)
 def _pass(model, variables, x, labels, noise):
     return model.apply(variables, method=lambda m: m._pass(x, labels, noise, train=False))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))  # the layer picks the network: static
+def top_down(model, variables, layer, z_above, onehot):
+    return model.apply(variables, layer, z_above, onehot, method="top_down")
 
 
 def walk(ladder, noise):
@@ -61,7 +61,7 @@ def terms_of(ladder, noise):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _latents(model, variables, x, labels, noise):
-    _, layers = model.apply(variables, method=lambda m: m._pass(x, labels, noise, train=False))
+    _, layers = _pass(model, variables, x, labels, noise)
     return layers, model.apply(variables, x, labels, noise, method="terms")._replace(log_px=None)
 
 
