@@ -11,23 +11,28 @@ LIKELIHOOD_DIR ?= checkpoints-likelihood
 ARGS ?=
 CUDA ?= cuda12
 
+# pip without its bytecode pass over every installed file (about 12,000 .py files, most never
+# imported, SymPy's and most of scikit-learn's): Python writes a module's .pyc on its first
+# import instead. `pip install -e '.[dev]'` into a new venv: 59 s -> 31 s on the 2-core Xeon.
+PIP_INSTALL := -m pip install --quiet --no-compile
+
 # `make` alone lists the targets: each rule's `## ` comment is its line in the list.
 .DEFAULT_GOAL := help
 help: ## list the targets with what each does
 	@echo "usage: make TARGET [ARGS='...'] [CHECKPOINT_DIR=...] [DATA_DIR=...]"
-	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-14s %s\n", $$1, $$2}' \
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-16s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup web data configs train test test-profile test-kernels test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data configs train test test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing.
 $(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet --no-deps 'jax2onnx==$(JAX2ONNX)'
+	$(BIN)/python $(PIP_INSTALL) --upgrade pip
+	$(BIN)/python $(PIP_INSTALL) -e '.[dev]'
+	$(BIN)/python $(PIP_INSTALL) --no-deps 'jax2onnx==$(JAX2ONNX)'
 	$(MAKE) --no-print-directory web
 	touch $(STAMP)
 
@@ -67,15 +72,22 @@ test-profile: setup ## the suite's CPU-seconds per test, costliest first, into .
 	sort -rn $(PROFILE) -o $(PROFILE) && head -40 $(PROFILE) && awk '{s += $$1} END {print s, "CPU-seconds in all"}' $(PROFILE)
 
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
-# says what varies them): the sampler's claims in subprocesses (valgrind, Debian's package,
-# installed here if missing, emulates a CPU with AVX2 and no AVX-512), then every test marked
-# `determinism` (resume, process counts, the sampler) again under the production flags (none:
-# `make test` compiles with LLVM's passes off, tests/conftest.py says why) and under each XLA
-# flag in KERNEL_FLAGS. An XLA_FLAGS that is set, even empty, is kept by tests/conftest.py.
+# says what varies them), in two parts run side by side: `kernels-emulated`, the sampler's claims
+# in subprocesses (valgrind, Debian's package, installed here if missing, emulates a CPU with AVX2
+# and no AVX-512; it runs on one core for about 6 minutes, so the other part fills the second),
+# and `kernels-flags`, every test marked `determinism` (resume, process counts, the sampler) again
+# under the production flags (none: `make test` compiles with LLVM's passes off,
+# tests/conftest.py says why) and under each XLA flag in KERNEL_FLAGS. An XLA_FLAGS that is set,
+# even empty, is kept by tests/conftest.py. Each part's output is printed when it ends.
 KERNEL_FLAGS := --xla_cpu_max_isa=SSE4_2 --xla_cpu_experimental_ynn_fusion_type=
 test-kernels: setup ## the bit-identity claims again under other CPU kernels (valgrind, XLA flags)
+	$(MAKE) --no-print-directory -j2 --output-sync=target kernels-emulated kernels-flags
+
+kernels-emulated: setup ## test-kernels' first part: the sampler's claims under valgrind, XLA flags
 	command -v valgrind >/dev/null || (apt-get install -y -qq valgrind || (apt-get update -qq && apt-get install -y -qq valgrind))
-	XLA_FLAGS= $(BIN)/python -m pytest -m kernels -n auto $(ARGS)
+	XLA_FLAGS= $(BIN)/python -m pytest -m kernels $(ARGS)
+
+kernels-flags: setup ## test-kernels' second part: the determinism tests under each XLA flag
 	for flag in "" $(KERNEL_FLAGS); do \
 		XLA_FLAGS=$$flag $(BIN)/python -m pytest -m "determinism and not kernels" -n auto $(ARGS) || exit 1; \
 	done
@@ -90,8 +102,8 @@ test-torch: $(TORCH_VENV)/.installed ## the real-torchvision tests, in their own
 
 $(TORCH_VENV)/.installed: pyproject.toml
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(TORCH_VENV)/bin/python -m pip install --quiet -e '.[torch,dev]'
+	$(TORCH_VENV)/bin/python $(PIP_INSTALL) --upgrade pip
+	$(TORCH_VENV)/bin/python $(PIP_INSTALL) -e '.[torch,dev]'
 	touch $@
 
 serve: setup ## the service on http://127.0.0.1:8000/ (the page, /sample, /transfer, /docs...)
@@ -105,7 +117,7 @@ eval: data ## test-set metrics of the latest checkpoint -> checkpoints/eval.json
 
 # The quality targets: the default run scored beside the baseline setup (`--preset seed`, 10 epochs),
 # both trained first if needed (a finished run has nothing left to do), in one `cvae eval`.
-quality: train ## eval beside the baseline setup (`--preset seed`, 10 epochs; trains both if needed)
+quality: train ## eval beside the baseline (`--preset seed`, 10 epochs; trains either if needed)
 	$(BIN)/cvae train --preset seed --data-dir $(DATA_DIR) --checkpoint-dir $(BASELINE_DIR) --no-progress
 	$(BIN)/cvae eval --checkpoint-dir $(CHECKPOINT_DIR) --data-dir $(DATA_DIR) --baseline-dir $(BASELINE_DIR) --json $(CHECKPOINT_DIR)/eval.json $(ARGS)
 
@@ -132,13 +144,13 @@ bench: data ## the speed benchmarks -> BENCHMARKS.md
 # extra is for torchvision's datasets). pip takes it from a local wheel where the machine has
 # one (ours does); elsewhere it may download a CUDA build of several GB.
 torch-cpu: setup ## PyTorch's CPU build into .venv, for the benchmark's PyTorch baseline
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python $(PIP_INSTALL) torch==2.13.0
 
 # GPU: JAX's CUDA wheels into .venv (extra `cuda12`; `make gpu CUDA=cuda13` for CUDA 13
 # drivers). Nothing else changes: `make gpu train` trains on every local GPU, `cvae launch`
 # runs one process per GPU.
 gpu: setup ## JAX's CUDA wheels into .venv (CUDA=cuda13 for CUDA 13 drivers)
-	$(BIN)/python -m pip install --quiet -e '.[dev,$(CUDA)]'
+	$(BIN)/python $(PIP_INSTALL) -e '.[dev,$(CUDA)]'
 	$(BIN)/python -c "import jax; print('JAX backend:', jax.default_backend(), jax.devices())"
 
 # The service's soak, churn and fuzz tests, run longer than in `make test`.
@@ -161,7 +173,7 @@ docs-serve: $(DOCS_STAMP) ## preview the documentation site on http://127.0.0.1:
 	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
 
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	$(BIN)/python $(PIP_INSTALL) -e '.[dev,docs]'
 	touch $@
 
 # The site's pictures (docs/images/), drawn from a trained checkpoint by docs/render_pictures.py:
