@@ -11,11 +11,6 @@ LIKELIHOOD_DIR ?= checkpoints-likelihood
 ARGS ?=
 CUDA ?= cuda12
 
-# pip without its bytecode pass over every installed file (about 12,000 .py files, most never
-# imported, SymPy's and most of scikit-learn's): Python writes a module's .pyc on its first
-# import instead. `pip install -e '.[dev]'` into a new venv: 59 s -> 31 s on the 2-core Xeon.
-PIP_INSTALL := -m pip install --quiet --no-compile
-
 # `make` alone lists the targets: each rule's `## ` comment is its line in the list.
 .DEFAULT_GOAL := help
 help: ## list the targets with what each does
@@ -30,9 +25,9 @@ setup: $(STAMP) ## .venv with the project and its dev tools (again when pyprojec
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing.
 $(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python $(PIP_INSTALL) --upgrade pip
-	$(BIN)/python $(PIP_INSTALL) -e '.[dev]'
-	$(BIN)/python $(PIP_INSTALL) --no-deps 'jax2onnx==$(JAX2ONNX)'
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps 'jax2onnx==$(JAX2ONNX)'
 	$(MAKE) --no-print-directory web
 	touch $(STAMP)
 
@@ -102,8 +97,8 @@ test-torch: $(TORCH_VENV)/.installed ## the real-torchvision tests, in their own
 
 $(TORCH_VENV)/.installed: pyproject.toml
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python $(PIP_INSTALL) --upgrade pip
-	$(TORCH_VENV)/bin/python $(PIP_INSTALL) -e '.[torch,dev]'
+	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TORCH_VENV)/bin/python -m pip install --quiet -e '.[torch,dev]'
 	touch $@
 
 serve: setup ## the service on http://127.0.0.1:8000/ (the page, /sample, /transfer, /docs...)
@@ -144,13 +139,13 @@ bench: data ## the speed benchmarks -> BENCHMARKS.md
 # extra is for torchvision's datasets). pip takes it from a local wheel where the machine has
 # one (ours does); elsewhere it may download a CUDA build of several GB.
 torch-cpu: setup ## PyTorch's CPU build into .venv, for the benchmark's PyTorch baseline
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python $(PIP_INSTALL) torch==2.13.0
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet torch==2.13.0
 
 # GPU: JAX's CUDA wheels into .venv (extra `cuda12`; `make gpu CUDA=cuda13` for CUDA 13
 # drivers). Nothing else changes: `make gpu train` trains on every local GPU, `cvae launch`
 # runs one process per GPU.
 gpu: setup ## JAX's CUDA wheels into .venv (CUDA=cuda13 for CUDA 13 drivers)
-	$(BIN)/python $(PIP_INSTALL) -e '.[dev,$(CUDA)]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,$(CUDA)]'
 	$(BIN)/python -c "import jax; print('JAX backend:', jax.default_backend(), jax.devices())"
 
 # The service's soak, churn and fuzz tests, run longer than in `make test`.
@@ -173,7 +168,7 @@ docs-serve: $(DOCS_STAMP) ## preview the documentation site on http://127.0.0.1:
 	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
 
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/python $(PIP_INSTALL) -e '.[dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	touch $@
 
 # The site's pictures (docs/images/), drawn from a trained checkpoint by docs/render_pictures.py:
