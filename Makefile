@@ -54,7 +54,7 @@ train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
 # Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
-test: setup ## ruff, then the whole test suite (13 to 17 minutes on 2 cores)
+test: setup ## ruff, then the whole test suite (13 to 18 minutes on 2 cores)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
 
@@ -69,9 +69,9 @@ test-profile: setup ## the suite's CPU-seconds per test, costliest first, into .
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
 # says what varies them), in two parts run side by side: `kernels-emulated`, the sampler's claims
 # in subprocesses (valgrind, Debian's package, installed here if missing, emulates a CPU with AVX2
-# and no AVX-512; it runs on one core for about 6 minutes, so the other part fills the second),
-# and `kernels-flags`, every test marked `determinism` (resume, process counts, the sampler) again
-# under the production flags (none: `make test` compiles with LLVM's passes off,
+# and no AVX-512; alone it runs on one core for 6 to 7 minutes, so the other part fills the
+# second), and `kernels-flags`, every test marked `determinism` (resume, process counts, the
+# sampler) again under the production flags (none: `make test` compiles with LLVM's passes off,
 # tests/conftest.py says why) and under each XLA flag in KERNEL_FLAGS. An XLA_FLAGS that is set,
 # even empty, is kept by tests/conftest.py. Each part's output is printed when it ends.
 KERNEL_FLAGS := --xla_cpu_max_isa=SSE4_2 --xla_cpu_experimental_ynn_fusion_type=
