@@ -36,10 +36,11 @@ JAX2ONNX := 0.17.1
 
 # The page's "draw in the browser" mode: onnxruntime-web, pinned in service/web/package.json
 # and package-lock.json, installed from npm into service/web/node_modules (served by the
-# service itself, no CDN). Without npm the page falls back to the server and says so.
+# service itself, no CDN). Without npm, or offline, the page falls back to the server and says so.
 web: ## the page's onnxruntime-web files from npm (service/web; skipped without npm)
 	@if command -v npm >/dev/null; then \
-		npm ci --prefix service/web --no-audit --no-fund --loglevel=error; \
+		npm ci --prefix service/web --no-audit --no-fund --loglevel=error || \
+		echo "warning: npm ci failed (no npm registry?): the page's 'draw in the browser' mode will fall back to the server" >&2; \
 	else \
 		echo "warning: no npm: the page's 'draw in the browser' mode will fall back to the server" >&2; \
 	fi
