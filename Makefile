@@ -22,7 +22,10 @@ help: ## list the targets with what each does
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
-# Reinstall only when pyproject.toml changes: a second `make setup` installs nothing.
+# Reinstall only when pyproject.toml changes: a second `make setup` installs nothing. The boxed
+# "BuildBackendWarning: Editable installation" pip relays is setuptools' InformationOnly notice,
+# printed by every editable install that maps `cvae` and `service` with its import finder: a
+# notice about folders named like the packages, which here are the packages themselves.
 $(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
