@@ -116,14 +116,14 @@ def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:
     sampler = open_sampler(directory, step, truncation=truncation)
     warm_up(sampler)
     if sampler.block_sizes == ROW_BY_ROW:
-        log.warning("no decode block size keeps a row's bits at every position on this CPU: "
-                    "decoding one row per call (slower, still bit-identical)")
+        log.warning("no decode block size keeps a row's bits at every position with this "
+                    "machine's kernels: decoding one row per call (slower, still bit-identical)")
     elif sampler.dropped_blocks:
-        log.info("decode blocks of %s rows give other bits on this CPU; using %s",
-                 sampler.dropped_blocks, sampler.block_sizes)
+        log.info("decode blocks of %s rows give other bits with this machine's kernels; "
+                 "using %s", sampler.dropped_blocks, sampler.block_sizes)
     if sampler.dropped_classify_blocks:
-        log.info("classify blocks of %s rows give other bits on this CPU; using %s",
-                 sampler.dropped_classify_blocks, sampler.classify_block_sizes)
+        log.info("classify blocks of %s rows give other bits with this machine's kernels; "
+                 "using %s", sampler.dropped_classify_blocks, sampler.classify_block_sizes)
     return Loaded(sampler, step, mtime, time.time(), fingerprint(sampler))
 
 

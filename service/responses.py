@@ -62,7 +62,7 @@ class Ready(BaseModel):
     pid: int = Field(description="the worker process that answered")
     checkpoint_dir: str
     fingerprint: str = Field(description="sha256 of the served weights (with the JAX version "
-                                         "and backend, and the bits this CPU's kernels give "
+                                         "and backend, and the bits this machine's kernels give "
                                          "a fixed probe): equal on replicas that serve equal "
                                          "weights with kernels that round alike")
     config: dict[str, Any]

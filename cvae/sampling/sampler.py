@@ -137,7 +137,7 @@ class Sampler:
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
     classify_block_sizes: tuple[int, ...] = DECODE_BLOCKS  # `classify`'s, checked on their own
     dropped_classify_blocks: tuple[int, ...] = ()
-    kernel_signature: bytes = b""  # `check_blocks`': the bits this CPU's kernels give
+    kernel_signature: bytes = b""  # `check_blocks`': the bits this machine's kernels give
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
