@@ -155,22 +155,31 @@ def data_dir(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def eval_data_dir(tmp_path_factory) -> Path:
-    """The synthetic digits as MNIST IDX files (512 train, 64 test) with `cvae eval`'s fidelity
-    classifier already cached in `classifier/` beside them, as a first `cvae eval` leaves it.
-    Training that classifier takes its minimum step count whatever the data's size (about 60
-    CPU-seconds), so the session does it once for every eval test. Read-only: shared by the
-    whole session (`shared_directory`)."""
+# `cvae eval`'s fidelity classifier for `eval_data_dir`'s digits, as a first `cvae eval` caches
+# it: training it is about 55 CPU-seconds, so the session copies it instead. A stale copy (the
+# synthetic digits or the classifier's recipe changed) is not used: it is trained again, and
+# tests/test_fidelity.py fails until `CVAE_REFRESH_EVAL_CLASSIFIER=1` rewrites it.
+EVAL_CLASSIFIER = Path(__file__).parent / "fixtures" / "eval-classifier"
+EVAL_DIGITS = {"num_train": 512, "num_test": 64}
+
+
+def write_eval_data(directory: Path, log=lambda _: None) -> None:
+    """`eval_data_dir`'s contents: the synthetic digits as IDX files, and in `classifier/` the
+    fidelity classifier `cvae eval` reads them with (the copy above, or trained if stale)."""
     from cvae.data.load import load_dataset
     from cvae.evaluation.fidelity import load_or_train_classifier
 
-    def build(directory: Path) -> None:
-        write_synthetic_idx(directory, num_train=512, num_test=64)
-        load_or_train_classifier(load_dataset(directory), directory / "classifier",
-                                 log=lambda _: None)
+    write_synthetic_idx(directory, **EVAL_DIGITS)
+    shutil.copytree(EVAL_CLASSIFIER, directory / "classifier")
+    load_or_train_classifier(load_dataset(directory), directory / "classifier", log=log)
 
-    return shared_directory(tmp_path_factory, "eval-data", build)
+
+@pytest.fixture(scope="session")
+def eval_data_dir(tmp_path_factory) -> Path:
+    """The synthetic digits as MNIST IDX files (512 train, 64 test) with `cvae eval`'s fidelity
+    classifier cached in `classifier/` beside them, as a first `cvae eval` leaves it.
+    Read-only: shared by the whole session (`shared_directory`)."""
+    return shared_directory(tmp_path_factory, "eval-data", write_eval_data)
 
 
 def _cpu_seconds() -> float:

@@ -9,6 +9,8 @@ import pytest
 
 import dataclasses
 import json
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,7 @@ import jax.numpy as jnp
 from cvae.data.specs import FASHION_MNIST, MNIST, DatasetSpec
 from cvae.data.synthetic import synthetic_dataset
 from cvae.evaluation import fidelity
+from conftest import EVAL_CLASSIFIER, write_eval_data
 
 
 def test_frechet_distance_of_known_gaussians():
@@ -138,3 +141,20 @@ def test_a_cached_classifier_of_another_dataset_is_not_reused(classifier_and_dat
     fashion = dataclasses.replace(data, name=FASHION_MNIST.name)
     fidelity.load_or_train_classifier(fashion, other, epochs=1, log=lambda _: None)
     assert any(p.name.startswith("fashion_mnist-") for p in other.iterdir())
+
+
+def test_the_eval_classifier_fixture_is_what_cvae_eval_would_train_and_cache(tmp_path):
+    """tests/fixtures/eval-classifier stands in for training `eval_data_dir`'s classifier: it
+    must be the cache entry `load_or_train_classifier` accepts for those digits, or the eval
+    tests quietly pay the training again. After a deliberate change to the synthetic digits or
+    the classifier's recipe, rewrite it with `CVAE_REFRESH_EVAL_CLASSIFIER=1 pytest
+    tests/test_fidelity.py -k fixture`."""
+    if os.environ.get("CVAE_REFRESH_EVAL_CLASSIFIER") == "1":
+        shutil.rmtree(EVAL_CLASSIFIER, ignore_errors=True)
+        EVAL_CLASSIFIER.mkdir(parents=True)  # empty: trained afresh, nothing stale kept
+        write_eval_data(tmp_path / "refresh")
+        shutil.rmtree(EVAL_CLASSIFIER)
+        shutil.copytree(tmp_path / "refresh" / "classifier", EVAL_CLASSIFIER)
+    messages = []
+    write_eval_data(tmp_path / "check", log=messages.append)
+    assert messages == [], f"stale {EVAL_CLASSIFIER}: {messages}"
