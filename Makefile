@@ -93,7 +93,7 @@ kernels-flags: setup ## test-kernels' second part: the determinism tests under e
 
 # The `torch` extra (torchvision's datasets) in a venv of its own, so the main one keeps the CPU
 # torch of `make torch-cpu` for the benchmark; then the tests that need the real torchvision.
-# About 5.6 GB (torch 2.14.1 is a CUDA build); .ci/run calls this after `make test`.
+# About 6.3 GB installed (torch 2.14.1 is a CUDA build); .ci/run calls this after `make test`.
 TORCH_VENV := .venv-torch
 test-torch: $(TORCH_VENV)/.installed ## the real-torchvision tests, in their own .venv-torch (about 6 GB)
 	$(TORCH_VENV)/bin/python -c "import torch, torchvision"  # a broken extra fails, not skips

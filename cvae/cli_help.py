@@ -20,7 +20,7 @@ presets (cvae train --preset NAME; any flag of `cvae train --help` then changes 
   likelihood-dreg  its stage 2, with --init-from a likelihood run: 20 epochs of the DReG
               bound (K=5) at learning rate 1e-4 (about 3 minutes)
   conv        for a GPU: the default with a convolutional encoder and decoder, 100 epochs:
-              the best bound and samples measured (99 s on an H200; 40 minutes on 2 CPU cores)
+              better bounds and samples than the default (81 s on an H200; 40 minutes on 2 cores)
   semi        few labels: the default model trained with only 100 labelled digits (`make semi`)
   test        a tiny config for tests and smoke runs (seconds)
 

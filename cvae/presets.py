@@ -52,8 +52,8 @@ def likelihood_dreg() -> Config:
 
 def conv() -> Config:
     """`cvae train --preset conv`, for a GPU: the default with the convolutional encoder and
-    decoder, 100 epochs. The best bounds, sample accuracy and FD measured (docs/model.md): 99 s
-    on one H200, about 40 minutes on 2 CPU cores, where a convolution costs many times a
+    decoder, 100 epochs. Better bounds, sample accuracy and FD than the default (docs/results.md):
+    81 s on one H200, about 40 minutes on 2 CPU cores, where a convolution costs many times a
     matrix product."""
     return Config(architecture="conv", epochs=100)
 
