@@ -66,7 +66,7 @@ train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh
 # stored bits pass on both). Valgrind's emulated run (`kernels-emulated`) keeps glibc's.
 TCMALLOC = $(shell ls /usr/lib/*/libtcmalloc_minimal.so.4 /usr/lib64/libtcmalloc_minimal.so.4 2>/dev/null | head -1)
 WITH_TCMALLOC = LD_PRELOAD="$(TCMALLOC)$${LD_PRELOAD:+ $$LD_PRELOAD}"
-tcmalloc: ## TCMalloc for the test processes (Debian's libtcmalloc-minimal4; skipped, saying so, without apt)
+tcmalloc: ## TCMalloc for the test processes (libtcmalloc-minimal4 via apt; warns without apt)
 	@test -n "$(TCMALLOC)" || apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1 || \
 		(apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1) || \
 		echo "warning: could not install libtcmalloc-minimal4: the tests run on glibc's malloc, about a tenth slower" >&2
