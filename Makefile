@@ -18,7 +18,7 @@ help: ## list the targets with what each does
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-16s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup web tcmalloc data configs train test test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data configs train test test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
@@ -57,31 +57,17 @@ configs: setup ## the presets as TOML files in configs/, for `cvae train --confi
 train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
-# The suite's processes run on TCMalloc (gperftools' minimal build, Debian's
-# libtcmalloc-minimal4, installed here if missing and apt can). Compiling is most of the suite's
-# CPU, and XLA's compiler allocates and frees many small objects for every program: the same
-# tests took 10 to 15 % less CPU and wall time on it than on glibc's malloc (experiments/LOG.md,
-# 2026-11-28 (night)). Where it cannot be installed, the suite runs on glibc's malloc, slower
-# only: the allocator places buffers, it does not change what is computed in them (the fixtures'
-# stored bits pass on both). Valgrind's emulated run (`kernels-emulated`) keeps glibc's.
-TCMALLOC = $(shell ls /usr/lib/*/libtcmalloc_minimal.so.4 /usr/lib64/libtcmalloc_minimal.so.4 2>/dev/null | head -1)
-WITH_TCMALLOC = LD_PRELOAD="$(TCMALLOC)$${LD_PRELOAD:+ $$LD_PRELOAD}"
-tcmalloc: ## TCMalloc for the test processes (libtcmalloc-minimal4 via apt; warns without apt)
-	@test -n "$(TCMALLOC)" || apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1 || \
-		(apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1) || \
-		echo "warning: could not install libtcmalloc-minimal4: the tests run on glibc's malloc, about a tenth slower" >&2
-
 # Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
-test: setup tcmalloc ## ruff, then the whole test suite (13 to 18 minutes on 2 cores)
+test: setup ## ruff, then the whole test suite (13 to 18 minutes on 2 cores)
 	$(BIN)/ruff check .
-	$(WITH_TCMALLOC) $(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
 
 # Each test's CPU-seconds (subprocesses included), the costliest first: what to make cheaper
 # when the suite outgrows its budget. CPU time, unlike wall time, holds on a busy machine.
 PROFILE := .test-cpu-profile.tsv
-test-profile: setup tcmalloc ## the suite's CPU-seconds per test, costliest first, into .test-cpu-profile.tsv
+test-profile: setup ## the suite's CPU-seconds per test, costliest first, into .test-cpu-profile.tsv
 	rm -f $(PROFILE)
-	CVAE_CPU_PROFILE=$(CURDIR)/$(PROFILE) $(WITH_TCMALLOC) $(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 -q $(ARGS) || true
+	CVAE_CPU_PROFILE=$(CURDIR)/$(PROFILE) $(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 -q $(ARGS) || true
 	sort -rn $(PROFILE) -o $(PROFILE) && head -40 $(PROFILE) && awk '{s += $$1} END {print s, "CPU-seconds in all"}' $(PROFILE)
 
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py
@@ -100,9 +86,9 @@ kernels-emulated: setup ## test-kernels' first part: the sampler's claims under 
 	command -v valgrind >/dev/null || (apt-get install -y -qq valgrind || (apt-get update -qq && apt-get install -y -qq valgrind))
 	XLA_FLAGS= $(BIN)/python -m pytest -m kernels $(ARGS)
 
-kernels-flags: setup tcmalloc ## test-kernels' second part: the determinism tests under each XLA flag
+kernels-flags: setup ## test-kernels' second part: the determinism tests under each XLA flag
 	for flag in "" $(KERNEL_FLAGS); do \
-		XLA_FLAGS=$$flag $(WITH_TCMALLOC) $(BIN)/python -m pytest -m "determinism and not kernels" -n auto $(ARGS) || exit 1; \
+		XLA_FLAGS=$$flag $(BIN)/python -m pytest -m "determinism and not kernels" -n auto $(ARGS) || exit 1; \
 	done
 
 # The `torch` extra (torchvision's datasets) in a venv of its own, so the main one keeps the CPU
