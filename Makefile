@@ -24,14 +24,14 @@ setup: $(STAMP) ## .venv with the project and its dev tools (again when pyprojec
 
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing. pip installs
 # uv, and uv the rest: the same versions as pip resolves, in about a third of pip's time (10 s
-# against 32 s from an empty cache; docs/development.md), which every fresh clone's `make test`
-# pays.
-UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
+# against 32 s from an empty cache), which every fresh clone's `make test` pays. Offline, with
+# pip pointed at a wheelhouse (PIP_NO_INDEX and PIP_FIND_LINKS, docs/gpu.md), pip installs all.
+INSTALL := $(if $(PIP_NO_INDEX),$(BIN)/python -m pip install --quiet,$(BIN)/uv pip install --quiet --python $(BIN)/python)
 $(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet 'uv>=0.9'
-	$(UV) -e '.[dev]'
-	$(UV) --no-deps 'jax2onnx==$(JAX2ONNX)'
+	$(if $(PIP_NO_INDEX),,$(BIN)/python -m pip install --quiet 'uv>=0.9')
+	$(INSTALL) -e '.[dev]'
+	$(INSTALL) --no-deps 'jax2onnx==$(JAX2ONNX)'
 	$(MAKE) --no-print-directory web
 	touch $(STAMP)
 
@@ -173,7 +173,7 @@ docs-serve: $(DOCS_STAMP) ## preview the documentation site on http://127.0.0.1:
 	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
 
 $(DOCS_STAMP): $(STAMP)
-	$(UV) -e '.[dev,docs]'
+	$(INSTALL) -e '.[dev,docs]'
 	touch $@
 
 # The site's pictures (docs/images/), drawn from a trained checkpoint by docs/render_pictures.py:
