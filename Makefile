@@ -26,7 +26,7 @@ setup: $(STAMP) ## .venv with the project and its dev tools (again when pyprojec
 # uv, and uv the rest: the same versions as pip resolves, in about a third of pip's time (10 s
 # against 32 s from an empty cache), which every fresh clone's `make test` pays. Offline, with
 # pip pointed at a wheelhouse (PIP_NO_INDEX and PIP_FIND_LINKS, docs/gpu.md), pip installs all.
-INSTALL := $(if $(PIP_NO_INDEX),$(BIN)/python -m pip install --quiet,$(BIN)/uv pip install --quiet --python $(BIN)/python)
+INSTALL := $(if $(PIP_NO_INDEX),$(BIN)/python -m pip install --quiet,$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python)
 $(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(PIP_NO_INDEX),,$(BIN)/python -m pip install --quiet 'uv>=0.9')
