@@ -23,9 +23,11 @@ help: ## list the targets with what each does
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing. pip installs
-# uv, and uv the rest: the same versions as pip resolves, in about a third of pip's time (10 s
-# against 32 s from an empty cache), which every fresh clone's `make test` pays. Offline, with
-# pip pointed at a wheelhouse (PIP_NO_INDEX and PIP_FIND_LINKS, docs/gpu.md), pip installs all.
+# uv, and uv the rest: the same versions as pip resolves, and a fresh clone's set-up takes 23 s
+# instead of 49 (experiments/LOG.md, 2026-11-29). uv writes the bytecode, as pip does: where
+# PYTHONDONTWRITEBYTECODE is set, nothing else would, and every process would compile its imports.
+# Offline, with pip pointed at a wheelhouse (PIP_NO_INDEX, PIP_FIND_LINKS: docs/gpu.md), pip
+# installs all.
 INSTALL := $(if $(PIP_NO_INDEX),$(BIN)/python -m pip install --quiet,$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python)
 $(STAMP): pyproject.toml service/web/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
