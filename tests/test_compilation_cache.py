@@ -13,18 +13,27 @@ import jax
 import jax.numpy as jnp
 
 
-def cache_entries() -> set[Path]:
-    """The cache's entries for jitted lambdas (each file is named after its program)."""
-    return set(Path(os.environ["JAX_COMPILATION_CACHE_DIR"]).glob("jit__lambda-*-cache"))
+def jitted_probe(offset: float):
+    """A new function object each call, all named alike: a second one is not in this process's
+    memory, so its program is read from the cache. The name is this test's alone, so the other
+    xdist worker writes no entry that the glob below would find."""
+    def torn_entry_probe(x):
+        return x * 2 + offset
+
+    return jax.jit(torn_entry_probe)
+
+
+def probe_entries() -> set[Path]:
+    """The cache's entries for `jitted_probe`'s programs (each file is named after its program)."""
+    return set(Path(os.environ["JAX_COMPILATION_CACHE_DIR"]).glob("jit_torn_entry_probe-*-cache"))
 
 
 def test_a_torn_cache_entry_is_compiled_again_with_the_same_result():
-    offset = float(secrets.randbelow(2**20))  # a program no other test compiles: its own entry
-    before = cache_entries()
-    first = jax.jit(lambda x: x * 2 + offset)(jnp.float32(3))
-    (entry,) = cache_entries() - before
+    offset = float(secrets.randbelow(2**20))  # a new program, even in a cache kept from before
+    before = probe_entries()
+    first = jitted_probe(offset)(jnp.float32(3))
+    (entry,) = probe_entries() - before
     written = entry.read_bytes()
     entry.write_bytes(written[:len(written) // 2])  # as a reader sees it while it is written
-    # A new function of the same program: not in this process's memory, so read from the cache.
-    second = jax.jit(lambda x: x * 2 + offset)(jnp.float32(3))
+    second = jitted_probe(offset)(jnp.float32(3))
     assert float(first) == float(second) == 6 + offset
