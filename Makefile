@@ -55,7 +55,7 @@ data: setup ## MNIST as IDX files under data/, offline
 	$(BIN)/cvae data --data-dir $(DATA_DIR)
 
 configs: setup ## the presets as TOML files in configs/, for `cvae train --config`
-	$(BIN)/python -m cvae.config_toml configs
+	$(BIN)/python -m cvae.config.toml configs
 
 train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)

@@ -47,7 +47,7 @@ def worker(args) -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from cvae import presets
+    from cvae.config import presets
     from cvae.model.registry import create_model
     from cvae.training.optimizer import create_optimizer
     from cvae.training.devices import all_reduce_bytes, create_mesh, replicate
@@ -57,13 +57,14 @@ def worker(args) -> None:
     config = presets.default()
     if args.quick:
         config = config.replace(hidden_sizes=(64,), latent_dim=4)
-    batch = config.batch_size
-    chunks = max(1, args.steps // config.steps_per_call)
-    rows = np.random.default_rng(0).integers(0, 256, (chunks * config.steps_per_call * batch, 784),
+    batch = config.run.batch_size
+    chunks = max(1, args.steps // config.run.steps_per_call)
+    rows = np.random.default_rng(0).integers(0, 256,
+                                             (chunks * config.run.steps_per_call * batch, 784),
                                              dtype=np.uint8)
     mesh = create_mesh()
-    key = jax.random.key(config.seed)
-    optimizer, _ = create_optimizer(config, 100 * chunks * config.steps_per_call)
+    key = jax.random.key(config.run.seed)
+    optimizer, _ = create_optimizer(config, 100 * chunks * config.run.steps_per_call)
     state, train_step = create_train_step(create_model(config), optimizer, config, key=key,
                                           supervision=FullLabels(config), mesh=mesh)
     chunk = create_train_chunk(train_step, batch, mesh)
@@ -78,8 +79,8 @@ def worker(args) -> None:
 
     def run_epoch(state):
         for i in range(chunks):
-            state, metrics = chunk(state, images, labels, order, i * config.steps_per_call, key,
-                                   num_steps=config.steps_per_call)
+            state, metrics = chunk(state, images, labels, order, i * config.run.steps_per_call, key,
+                                   num_steps=config.run.steps_per_call)
         jax.block_until_ready(metrics)
         return state
 
@@ -92,8 +93,8 @@ def worker(args) -> None:
         state = run_epoch(state)
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
-    result["examples_per_s"] = chunks * config.steps_per_call * batch / seconds
-    result["step_ms"] = 1000 * seconds / (chunks * config.steps_per_call)
+    result["examples_per_s"] = chunks * config.run.steps_per_call * batch / seconds
+    result["step_ms"] = 1000 * seconds / (chunks * config.run.steps_per_call)
     if jax.process_index() == 0:
         print("RESULT " + json.dumps(result), flush=True)
 

@@ -42,15 +42,16 @@ def measure(checkpoint_dir: str, batches=BATCHES, rounds: int = 7, repeats: int 
     """rows/s of each side at each batch size (medians over rounds) and their ratio."""
     from cvae.export.load import open_sampler
     from cvae.export.onnx_files import session
-    from cvae.sampling.sampler import DIGITS, request_latents
+    from cvae.sampling.sampler import request_latents
 
     sampler = open_sampler(checkpoint_dir)
     onnx = session(onnx_model(checkpoint_dir, sampler))
     results = {"step": sampler.step, "latent_dim": sampler.latent_dim,
-               "hidden_sizes": list(sampler.config.hidden_sizes), "prior": sampler.config.prior,
+               "hidden_sizes": list(sampler.config.model.options.hidden_sizes),
+               "prior": sampler.config.prior.name,
                "rounds": rounds, "batches": {}}
     for batch in batches:
-        noise, labels = request_latents(0, DIGITS, -(-batch // 10),
+        noise, labels = request_latents(0, sampler.classes, -(-batch // len(sampler.classes)),
                                         latent_dim=sampler.noise_dim, temperature=1.0)
         noise, labels = noise[:batch], labels[:batch]
         feeds = {"noise": noise, "label": labels}

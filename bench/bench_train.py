@@ -32,7 +32,7 @@ import optax
 
 from bench import rounds as rounds_lib
 from bench.machine import gemm_call
-from cvae import presets
+from cvae.config import presets
 from cvae.training.callbacks import Callback
 from cvae.data.load import Dataset
 from cvae.model import objectives
@@ -76,14 +76,14 @@ def optimizer_update_ms(config, repeats: int = 50) -> float:
 
 def fused_runner(config, data: Dataset, batch_size: int,
                  steps: int) -> tuple[Callable[[], None], int]:
-    """`create_train_chunk` for `steps` steps in chunks of config.steps_per_call, compiled; and
+    """`create_train_chunk` for `steps` steps in chunks of config.run.steps_per_call, compiled; and
     the examples one call trains on."""
     config = config.replace(batch_size=batch_size)
     images, labels = _device_data(data)
     steps = max(1, min(steps, images.shape[0] // batch_size))
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 10 * steps)
-    key = jax.random.key(config.seed)
+    key = jax.random.key(config.run.seed)
     state, train_step = create_train_step(model, optimizer, config, key=key,
                                           supervision=FullLabels(config))
     chunk = create_train_chunk(train_step, batch_size)
@@ -92,9 +92,9 @@ def fused_runner(config, data: Dataset, batch_size: int,
 
     def run():
         state = box["state"]
-        for first in range(0, steps, config.steps_per_call):
+        for first in range(0, steps, config.run.steps_per_call):
             state, metrics = chunk(state, images, labels, order, first, key,
-                                   num_steps=min(config.steps_per_call, steps - first))
+                                   num_steps=min(config.run.steps_per_call, steps - first))
         jax.block_until_ready(metrics)
         box["state"] = state
 
@@ -103,9 +103,9 @@ def fused_runner(config, data: Dataset, batch_size: int,
 
 
 def epoch_seconds(config, data: Dataset, repeats: int) -> float:
-    """One epoch at config.batch_size, chunked exactly like the loop (no evaluation)."""
-    run, _ = fused_runner(config, data, config.batch_size,
-                          data.train_images.shape[0] // config.batch_size)
+    """One epoch at config.run.batch_size, chunked exactly like the loop (no evaluation)."""
+    run, _ = fused_runner(config, data, config.run.batch_size,
+                          data.train_images.shape[0] // config.run.batch_size)
     return statistics.median(rounds_lib.timed(run)() for _ in range(repeats))
 
 
@@ -128,8 +128,9 @@ def seed_loop_runner(config, data: Dataset, batch_size: int,
             noise = objectives.draw_noise(z_key, model, samples=1, batch=x.shape[0])
             rows, _, _ = objectives.row_terms(model, {"params": params}, images=x,
                                               labels=labels, noise=noise, objective="elbo",
-                                              kl_weight=config.kl_weight)
-            return objectives.batch_loss(rows, objective="elbo", kl_weight=config.kl_weight,
+                                              kl_weight=config.objective.kl_weight)
+            return objectives.batch_loss(rows, objective="elbo",
+                                         kl_weight=config.objective.kl_weight,
                                          free_bits=0.0)[0]
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
@@ -161,14 +162,14 @@ def torch_runner(config, data: Dataset, batch_size: int,
     except ImportError:
         return None
     act = torch.nn.GELU(approximate="tanh")  # flax's gelu is the tanh approximation
-    hidden = config.hidden_sizes
+    hidden = config.model.options.hidden_sizes
     enc, width = [], 784 + 10
     for h in hidden:
         enc += [torch.nn.Linear(width, h), act]
         width = h
-    encoder = torch.nn.Sequential(*enc, torch.nn.Linear(width, 2 * config.latent_dim))
+    encoder = torch.nn.Sequential(*enc, torch.nn.Linear(width, 2 * config.model.options.latent_dim))
     widths = tuple(reversed(hidden))
-    z_proj = torch.nn.Linear(config.latent_dim, widths[0])
+    z_proj = torch.nn.Linear(config.model.options.latent_dim, widths[0])
     y_proj = torch.nn.Linear(10, widths[0], bias=False)
     dec, width = [], widths[0]
     for h in widths[1:]:
@@ -176,7 +177,7 @@ def torch_runner(config, data: Dataset, batch_size: int,
         width = h
     decoder = torch.nn.Sequential(*dec, torch.nn.Linear(width, 784))
     modules = torch.nn.ModuleList([encoder, z_proj, y_proj, decoder])
-    opt = torch.optim.Adam(modules.parameters(), lr=config.learning_rate)
+    opt = torch.optim.Adam(modules.parameters(), lr=config.optimizer.learning_rate)
     images = torch.from_numpy(data.train_images.reshape(-1, 784).astype(np.float32) / 255.0)
     labels = torch.nn.functional.one_hot(torch.from_numpy(data.train_labels.astype(np.int64)),
                                          10).float()
@@ -186,7 +187,8 @@ def torch_runner(config, data: Dataset, batch_size: int,
             x = torch.bernoulli(images[i * batch_size:(i + 1) * batch_size])
             y = labels[i * batch_size:(i + 1) * batch_size]
             mean, raw = encoder(torch.cat([x, y], 1)).chunk(2, 1)
-            logvar = config.logvar_bound * torch.tanh(raw / config.logvar_bound)
+            logvar = config.model.options.logvar_bound * torch.tanh(
+                raw / config.model.options.logvar_bound)
             z = mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)
             logits = decoder(act(z_proj(z) + y_proj(y)))
             rec = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -242,8 +244,8 @@ def time_to_quality(config, data: Dataset, classifier, checkpoint_dir, max_epoch
     from cvae.data.splits import training_size
 
     steps_per_epoch, _ = planned_steps(config, training_size(len(data.train_images), config),
-                                       config.batch_size)
-    # The schedule still spans config.epochs: the run is the default run, cut at max_epochs,
+                                       config.run.batch_size)
+    # The schedule still spans config.run.epochs: the run is the default run, cut at max_epochs,
     # evaluated every epoch so that the clock reads each one.
     config = config.replace(max_steps=max_epochs * steps_per_epoch, eval_every=1)
     clock = _QualityClock(classifier, target, samples_per_digit)
@@ -298,12 +300,13 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
         max_epochs = 1
     else:
         config = presets.default()
-        data = load_dataset(data_dir, config.dataset, config.data_source)
+        data = load_dataset(data_dir, config.data.dataset, config.data.source)
         steps, rounds, seed_steps, matmul_size = 400, 5, 400, 2048
         classifier = load_or_train_classifier(data, f"{data_dir}/classifier", log=log)
-        max_epochs = config.epochs  # the whole default run at most; it stops at the target
+        max_epochs = config.run.epochs  # the whole default run at most; it stops at the target
     results = {"quick": quick, "device": str(jax.devices()[0].platform),
-               "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim,
+               "hidden_sizes": list(config.model.options.hidden_sizes),
+               "latent_dim": config.model.options.latent_dim,
                "matmul_size": matmul_size}
     params = create_train_state(create_model(config), optax.adam(1e-3), config,
                                 key=jax.random.key(0)).params
@@ -314,9 +317,9 @@ def run_all(quick: bool, data_dir: str, workdir, log=print) -> dict:
     results.update(compare_loops(config, data, steps, seed_steps, rounds, matmul_size,
                                  results["train_flops_per_example"], log))
     results["epoch_seconds"] = epoch_seconds(config, data, 1 if quick else 3)
-    log(f"epoch at batch {config.batch_size}: {results['epoch_seconds']:.1f} s")
+    log(f"epoch at batch {config.run.batch_size}: {results['epoch_seconds']:.1f} s")
     results["time_to_quality"] = time_to_quality(config, data, classifier, workdir, max_epochs)
     log(f"time to quality: {results['time_to_quality']}")
-    results["batch_size"] = config.batch_size
+    results["batch_size"] = config.run.batch_size
     results["train_examples"] = int(len(data.train_images))
     return results

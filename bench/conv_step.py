@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model import convolution
 from cvae.model.registry import create_model, init_variables
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from bench.rounds import interleaved, median_ratio
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_images
 from cvae.model import objectives
 from cvae.model.registry import create_model, init_variables
@@ -44,12 +44,12 @@ def candidate(config):
         return init_variables(model, key)["params"]
 
     def loss(params, x, y, key):
-        noise = objectives.draw_noise(key, model, samples=config.importance_samples,
+        noise = objectives.draw_noise(key, model, samples=config.objective.importance_samples,
                                       batch=x.shape[0])
         rows, _, _ = objectives.row_terms(model, {"params": params}, images=x, labels=y,
-                                          noise=noise, objective=config.objective,
+                                          noise=noise, objective=config.objective.bound,
                                           kl_weight=1.0)
-        return objectives.batch_loss(rows, objective=config.objective, kl_weight=1.0,
+        return objectives.batch_loss(rows, objective=config.objective.bound, kl_weight=1.0,
                                      free_bits=0.0)[0]
 
     return init, loss

@@ -5,9 +5,14 @@ they bound is `cvae.sampling.grid`'s (torchvision's `make_grid` convention, docs
 service").
 """
 
-MAX_N = 1024  # samples per digit, and grid columns: 1..MAX_N
+# A model's classes: 2..MAX_CLASSES (its dataset's). A flag or a query parameter that takes a
+# class by index accepts 0..MAX_CLASSES - 1 before it knows the model; each then checks the
+# model's own class count (the service's `check_labels`, `Sampler.sample_images`).
+MAX_CLASSES = 1000
+
+MAX_N = 1024  # samples per class, and grid columns: 1..MAX_N
 DEFAULT_N = 16
-MAX_SCALE = 8  # integer upscale of each 28x28 tile: 1..MAX_SCALE
+MAX_SCALE = 8  # integer upscale of each tile (28x28 for MNIST): 1..MAX_SCALE
 DEFAULT_SCALE = 1
 MAX_PAD = 8  # px of background around every tile: 0..MAX_PAD
 DEFAULT_PAD = 2

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def config_table() -> str:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from cvae.config import Config, field_doc
+    from cvae.config.sections import Config, field_doc
 
     defaults = Config()
     rows = ["| flag | default | what |", "|---|---|---|"]

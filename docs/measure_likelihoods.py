@@ -41,7 +41,7 @@ def digits_dataset(seed: int = 0) -> Dataset:
 def measure(likelihood: str, data: Dataset, out: Path, *, epochs: int) -> dict:
     import jax
 
-    from cvae import presets
+    from cvae.config import presets
     from cvae.evaluation.run import EvalOptions, evaluate_checkpoint
     from cvae.model.registry import create_model
     from cvae.model.store import load_trained_model

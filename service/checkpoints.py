@@ -30,12 +30,13 @@ import jax
 import numpy as np
 
 from cvae.errors import CheckpointError, StepNotFound
-from cvae.export.command import step_folders
+from cvae.export.manifest import step_folders
 from cvae.export.load import exported_step, open_sampler
 from cvae.export.manifest import MANIFEST, is_export
 from cvae.sampling.blocks import ROW_BY_ROW
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents
+from cvae.data.specs import spec_of
 
 if TYPE_CHECKING:
     from cvae.model.store import StepChoice  # Orbax: imported at run time only when ranking
@@ -93,7 +94,7 @@ def _mtime_ns(path: Path) -> int | None:
 
 
 # Latent draws are compiled per (rows, pairs) size class: warm the ones a burst of common
-# requests (n <= 16, one digit or all ten) hits, up to a full decode batch of them.
+# requests (n <= 16, one class or all of them) hits, up to a full decode batch of them.
 WARM_PAIR_COUNTS = (1, 8, 16, 32, 64, 128, 256)
 
 
@@ -101,10 +102,10 @@ def warm_up(sampler: Sampler) -> None:
     """Compile the common latent draws and the grid path, so requests do not pay for
     compilation (`load_sampler` has compiled and verified every decode block)."""
     for pairs in WARM_PAIR_COUNTS:
-        batch_latents([LatentRequest(0, (7,), 16, 1.0)] * pairs, sampler.noise_dim)
+        batch_latents([LatentRequest(0, (0,), 16, 1.0)] * pairs, sampler.noise_dim)
     png_bytes(make_grid(sampler.decode(*batch_latents(
         [LatentRequest(0, sampler.classes, 16, 1.0)], sampler.noise_dim)[0]), 16,
-        image_shape=sampler.config.spec.stored_shape))
+        image_shape=spec_of(sampler.config.data.dataset).stored_shape))
 
 
 def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:

@@ -6,9 +6,10 @@ them. `/interpolate` and `/transfer` read theirs through FastAPI (`Annotated[Mod
 which also writes their OpenAPI entries. `/sample`, the hot path, validates its query string in
 one pydantic call (`query_model`) and describes it with `query_parameters`.
 
-A label's range is the served model's dataset's (its spec's class count), which is known only
-once a checkpoint is loaded: the models bound labels by the largest class count of the
-registry, and each route then checks them against the served model with `check_labels`. A
+A label's range is the served model's dataset's (its spec's class count, 2 to
+`cvae.limits.MAX_CLASSES`), which is known only once a checkpoint is loaded: the models bound
+labels by `MAX_CLASSES`, and each route then checks them against the served model with
+`check_labels`, whose 422 names the model's range. A
 class may also be named (`label=dog`, or its index as text): `class_label` reads it against the
 served model's class names (`cvae.data.class_names`), and an unknown one is a 422 that lists
 them.
@@ -33,16 +34,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from cvae.limits import (DEFAULT_N, DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_STEPS,
-                         DEFAULT_TEMPERATURE, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES, MAX_SCALE,
-                         MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
+                         DEFAULT_TEMPERATURE, MAX_CLASSES, MAX_N, MAX_PAD, MAX_POSTERIOR_SAMPLES,
+                         MAX_SCALE, MAX_SEED, MAX_STEPS, MAX_TEMPERATURE)
 from cvae.data.class_names import UnknownLabel, describe_classes, label_index
-from cvae.data.specs import largest_label
 
-LARGEST_LABEL = largest_label()  # over every dataset; `check_labels` narrows it per model
+LARGEST_LABEL = MAX_CLASSES - 1  # over every model; `check_labels` narrows it to the served one
 
 # What each query parameter accepts, as the 422 message words it.
 PARAMETER_RULES = {
-    "digit": f"an integer in 0..{LARGEST_LABEL}, or omitted for one row per digit",
+    "digit": f"an integer in 0..{LARGEST_LABEL} that indexes a class of the served model, "
+             "or omitted for one row per class",
     "n": f"an integer in 1..{MAX_N}",
     "cols": f"an integer in 1..{MAX_N}",
     "seed": f"an integer in 0..{MAX_SEED}",
@@ -50,13 +51,13 @@ PARAMETER_RULES = {
     "scale": f"an integer in 1..{MAX_SCALE}",
     "pad": f"an integer in 0..{MAX_PAD}",
     "label": "a class of the served model, by its name or its index",
-    "digits": f"integers in 0..{LARGEST_LABEL}, given 1 to {LARGEST_LABEL + 1} times "
-              f"(digits=3&digits=5), or omitted for 0-{LARGEST_LABEL}",
+    "digits": f"integers in 0..{LARGEST_LABEL} that index classes of the served model, given "
+              f"1 to {MAX_CLASSES} times (digits=3&digits=5), or omitted for every class",
     "samples": f"an integer in 0..{MAX_POSTERIOR_SAMPLES} (0: the posterior mean)",
     "prepare": "auto, mnist (fit a grey model's digit as MNIST was made), fit (the whole "
                "picture resized to the model's size) or none (an image of that size as it is)",
     "show_input": "true or false",
-    "walk": "latent (between two seeds, per digit) or digits (one z through the ten digits)",
+    "walk": "latent (between two seeds, per class) or digits (one z through every class)",
     "to_seed": f"an integer in 0..{MAX_SEED}",
     "steps": f"an integer in 2..{MAX_STEPS}",
 }
@@ -107,7 +108,8 @@ class SampleParams(QueryModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
-                              description="0-9; omit: one row per digit")
+                              description="a class by index, 0 to the served model's class "
+                                          "count - 1; omit: one row per class")
     label: ClassName = None
     n: int = Field(DEFAULT_N, ge=1, le=MAX_N, description="samples per digit")
     cols: int | None = Field(None, ge=1, le=MAX_N,
@@ -126,11 +128,11 @@ class InterpolateParams(QueryModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     walk: Literal["latent", "digits"] = Field(
-        "latent", description="latent: from seed's sample to to_seed's, per digit; digits: "
-                              "keep each z and decode it as every digit 0-9")
+        "latent", description="latent: from seed's sample to to_seed's, per class; digits: "
+                              "keep each z and decode it as every class of the served model")
     digit: int | None = Field(None, ge=0, le=LARGEST_LABEL,
-                              description="latent: 0-9, omit for a row per "
-                              "digit; digits: whose samples are kept (default 0)")
+                              description="a class by index; latent: omit for a row per "
+                              "class; digits: whose samples are kept (default 0)")
     label: ClassName = None
     seed: Seed = None
     to_seed: int | None = Field(None, ge=0, le=MAX_SEED,
@@ -141,13 +143,15 @@ class InterpolateParams(QueryModel):
     temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, le=MAX_TEMPERATURE,
                                description="z ~ N(0, t^2 I)")
     cols: int | None = Field(None, ge=1, le=MAX_N,
-                             description="default: steps (latent), 10 (digits)")
+                             description="default: steps (latent), the class count "
+                                         "(digits)")
     scale: Scale = DEFAULT_SCALE
     pad: Pad = DEFAULT_PAD
 
 
 class TransferParams(QueryModel):
-    """`/transfer`'s query parameters; `digits` is a tuple, 0-9 when omitted."""
+    """`/transfer`'s query parameters; `digits` is a tuple, None (every class of the served
+    model) when omitted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -155,8 +159,9 @@ class TransferParams(QueryModel):
                               description="the class the image shows, by name or index; "
                               "omit: the label with the best ELBO (see X-Label)")
     digits: list[Annotated[int, Field(ge=0, le=LARGEST_LABEL)]] | None = Field(
-        None, min_length=1, max_length=LARGEST_LABEL + 1, validate_default=True,
-        description="labels to decode with, in order (repeat: digits=3&digits=5); omit for 0-9")
+        None, min_length=1, max_length=MAX_CLASSES, validate_default=True,
+        description="classes by index to decode with, in order (repeat: digits=3&digits=5); "
+                    "omit for every class of the served model")
     samples: int = Field(0, ge=0, le=MAX_POSTERIOR_SAMPLES, description="0: the posterior "
                          "mean (one row); k: k posterior draws, one row each")
     seed: Seed = None
@@ -211,9 +216,21 @@ SAMPLE_QUERY = {"parameters": query_parameters(SampleParams)}
 # ---- the 422 ---------------------------------------------------------------------------------
 
 
-def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[str] = ()) -> str:
-    """One sentence per bad parameter: 'digit: must be an integer in 0..9 (got '10')', or
-    'digits: unknown parameter (got '7')', then once what `route` takes, if one was unknown."""
+def label_rules(classes: int) -> dict[str, str]:
+    """What `digit` and `digits` accept on a model of `classes` classes, as the 422 words it."""
+    within = f"in 0..{classes - 1} (this model's classes)"
+    return {"digit": f"an integer {within}, or omitted for one row per class",
+            "digits": f"integers {within}, given 1 to {MAX_CLASSES} times (digits=3&digits=5), "
+                      f"or omitted for every class"}
+
+
+def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[str] = (), *,
+                    rules: dict[str, str] | None = None) -> str:
+    """One sentence per bad parameter: 'digit: must be an integer in 0..9 (this model's
+    classes), ... (got '10')', or 'digits: unknown parameter (got '7')', then once what `route`
+    takes, if one was unknown. `rules`: the served model's words for some parameters
+    (`label_rules`), over `PARAMETER_RULES`'."""
+    rules = {**PARAMETER_RULES, **(rules or {})}
     parts, unknown = [], False
     for item in errors:
         loc = item.get("loc") or ()
@@ -221,8 +238,8 @@ def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[st
         if item.get("type") == "extra_forbidden":
             unknown = True
             parts.append(f"{name}: unknown parameter (got {item.get('input')!r})")
-        elif name in PARAMETER_RULES:
-            rule = (item.get("ctx") or {}).get("rule") or PARAMETER_RULES[name]
+        elif name in rules:
+            rule = (item.get("ctx") or {}).get("rule") or rules[name]
             parts.append(f"{name}: must be {rule} (got {item.get('input')!r})")
         else:
             parts.append(f"{'.'.join(map(str, loc))}: {item.get('msg')}")
@@ -234,13 +251,14 @@ def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[st
 
 
 def check_labels(classes: int, **labels: int | tuple[int, ...] | None) -> None:
-    """Raises the 422 of a bad query string for each label (digit=, label=, digits=) outside
-    0..classes - 1, the served model's; None (omitted) passes."""
+    """Raises the 422 of a bad query string, naming the model's range (`label_rules`), for
+    each label (digit=, digits=) outside 0..classes - 1, the served model's; None (omitted)
+    passes."""
     errors = []
     for name, value in labels.items():
         values = value if isinstance(value, tuple) else (value,)
         if any(v is not None and v >= classes for v in values):
-            rule = f"an integer in 0..{classes - 1} (this model's classes)"
+            rule = label_rules(classes)[name]
             errors.append({"type": "less_than_equal", "loc": ("query", name),
                            "msg": f"Input should be less than or equal to {classes - 1}",
                            "input": value, "ctx": {"le": classes - 1, "rule": rule}})
@@ -287,8 +305,19 @@ def route_parameters(request: Request) -> list[str]:
     return [item["name"] for item in operation.get("parameters", ()) if item["in"] == "query"]
 
 
+def served_classes(request: Request) -> int | None:
+    """The class count of the model this worker serves; None before one is loaded."""
+    watcher = getattr(request.app.state, "watcher", None)
+    loaded = None if watcher is None else watcher.current
+    return None if loaded is None else len(loaded.sampler.classes)
+
+
 async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """The 422 of a bad query string, a label out of range worded with the served model's
+    classes once one is loaded (`label_rules`)."""
     errors = jsonable_encoder(exc.errors())
-    message = describe_errors(errors, request.url.path, route_parameters(request))
+    classes = served_classes(request)
+    message = describe_errors(errors, request.url.path, route_parameters(request),
+                              rules=None if classes is None else label_rules(classes))
     return JSONResponse({"message": message, "detail": errors}, status_code=422)
 

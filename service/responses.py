@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from cvae.sampling.grid import grid_shape, make_grid, png_bytes
+from cvae.data.specs import spec_of
+from cvae.model.registry import noise_dim
 from service.checkpoints import Loaded
 
 MAX_PIXELS = 64_000_000  # one grid at most 64 MP (n=1024, scale 8, one digit is 52 MP)
@@ -97,12 +99,13 @@ SAMPLE_RESPONSES = {
 def config_summary(loaded: Loaded) -> dict:
     """/readyz's `config`: what a person checks to see which model answers."""
     config = loaded.sampler.config
-    spec = config.spec
-    return {"dataset": config.dataset, "class_names": list(spec.class_names),
-            "image_shape": list(spec.image_shape), "architecture": config.architecture,
-            "hidden_sizes": list(config.hidden_sizes), "latent_dim": config.latent_dim,
-            "activation": config.activation, "likelihood": config.likelihood,
-            "ema_decay": config.ema_decay, "truncation": config.truncation}
+    spec = spec_of(config.data.dataset)
+    model = config.to_dict()["model"]
+    return {"dataset": config.data.dataset, "class_names": list(spec.class_names),
+            "image_shape": list(spec.image_shape), "model": model["name"],
+            "model_options": model["options"], "noise_dim": noise_dim(config),
+            "prior": config.prior.name, "likelihood": config.likelihood.name,
+            "ema_decay": config.optimizer.ema_decay, "truncation": config.drawing.truncation}
 
 
 # ---- the picture -----------------------------------------------------------------------------

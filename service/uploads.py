@@ -9,7 +9,8 @@ decoding (`cvae.data.digit_image`). Each bad upload gets the 422 body shape of t
 
 Synopsis (in a route):
 
-    upload = await read_digit(request, params.prepare, shape=sampler.config.spec.stored_shape)
+    upload = await read_digit(request, params.prepare,
+                              shape=spec_of(sampler.config.data.dataset).stored_shape)
     if isinstance(upload, Response):
         return upload                      # the 413 / 415 / 422 to answer instead
     image, digest = upload                 # uint8[h, w], sha256 of the body (for an ETag)

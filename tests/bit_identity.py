@@ -23,12 +23,13 @@ import numpy as np
 
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
-from cvae.sampling.sampler import DIGITS, LatentRequest, Sampler, batch_latents, load_sampler
+from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents, load_sampler
 from cvae.sampling.grid import grid_columns
 from cvae.sampling.sampler import request_latents
 from cvae.data.synthetic import synthetic_images
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 
+DIGITS = tuple(range(10))  # the synthetic digits' classes: the checks run on models of them
 # Requests of several sizes (n not a power of two too), seeds and temperatures.
 SAMPLE_REQUESTS = [LatentRequest(seed, digits, n, temperature) for seed, digits, n, temperature in
                    [(0, (7,), 1, 1.0), (1, (3,), 5, 0.7), (2**32 + 5, DIGITS, 3, 1.3),
@@ -108,7 +109,7 @@ def check_requests(sampler: Sampler) -> None:
     transfers = [TransferRequest(images[i], None if i % 2 else i % 10, DIGITS[:1 + i % 10],
                                  i % 3, i) for i in range(12)]
     walks = [LatentWalk(1, 2, (7,), 10, 1.0), LatentWalk(3, 9, DIGITS, 5, 0.8),
-             DigitWalk(4, 2, 6, 1.0), DigitWalk(5, 8, 1, 1.2)]
+             DigitWalk(4, 2, 6, 1.0, DIGITS), DigitWalk(5, 8, 1, 1.2, DIGITS)]
     for compute, requests in ((transfer_latents, transfers), (walk_latents, walks)):
         together = compute(requests, sampler)
         for request, batched in zip(requests, together):

@@ -38,9 +38,9 @@ os.environ.setdefault("XLA_FLAGS", FAST_COMPILE_FLAGS)
 
 import pytest  # noqa: E402  (after the cache settings, which JAX reads when it loads)
 
-from cvae import presets  # noqa: E402
+from cvae.config import presets  # noqa: E402
 from cvae.training.callbacks import Checkpointer  # noqa: E402
-from cvae.config import Config  # noqa: E402
+from cvae.config.sections import Config  # noqa: E402
 from cvae.data.load import Dataset  # noqa: E402
 from cvae.training.loop import train_and_evaluate  # noqa: E402
 from cvae.data.synthetic import synthetic_dataset, write_synthetic_idx  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_dataset
 
 # Every model option the export covers: the standard prior (the test config), the per-class

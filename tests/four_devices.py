@@ -39,7 +39,7 @@ def results(directory: Path) -> dict:
 def main(directory: Path) -> None:
     import jax
 
-    from cvae import presets
+    from cvae.config import presets
     from cvae.data.synthetic import synthetic_dataset
     from cvae.training.callbacks import Callback, Checkpointer
     from cvae.training.checkpoints import load_checkpoint
@@ -95,7 +95,7 @@ def all_reduce(config) -> dict:
                                     key=key, supervision=FullLabels(config), mesh=mesh)
     images, labels, order = replicate((np.zeros((64, 784), np.uint8), np.zeros(64, np.int32),
                                        epoch_permutation(key, 0, 64)), mesh)
-    chunk = create_train_chunk(step, config.batch_size, mesh)
+    chunk = create_train_chunk(step, config.run.batch_size, mesh)
     hlo = chunk.lower(state, images, labels, order, 0, key, num_steps=1).compile().as_text()
     return {"all_reduce": all_reduce_bytes(hlo),
             "parameters": sum(x.size for x in jax.tree.leaves(state.params))}

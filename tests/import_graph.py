@@ -1,9 +1,10 @@
 """The project's import graph, read from the source with `ast` (function-local imports included):
 what tests/test_layout.py checks and docs/render_import_graph.py draws.
 
-Packages are the stages of `cvae/` (data, model, sampling, training, evaluation), the modules at
-its top (config, errors, limits below everything; cli above everything), and `service/`, which
-sits above `cvae`'s stages and below the CLI that starts it.
+Packages are the stages of `cvae/` (data, model, sampling, training, evaluation, export), the
+config package and the two leaf modules at its top (errors, limits) below everything, the
+command line's package above everything, and `service/`, which sits above `cvae`'s stages and
+below the command line that starts it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("data", "model", "sampling", "training", "evaluation")
 # Each package's level: a package may import its own level and those below, never above.
-LEVELS = {"config": 0, "config_toml": 0, "presets": 0, "errors": 0, "limits": 0, "cli_help": 0,
-          "cli_types": 0, "data": 1, "model": 2, "sampling": 3, "training": 4, "evaluation": 5,
-          "export": 6, "service": 7, "cli": 8, "cli_train": 8}
+LEVELS = {"config": 0, "errors": 0, "limits": 0, "data": 1, "model": 2, "sampling": 3,
+          "training": 4, "evaluation": 5, "export": 6, "service": 7, "cli": 8}
 
 
 def module_paths() -> dict[str, Path]:
@@ -29,20 +29,9 @@ def module_paths() -> dict[str, Path]:
     return modules
 
 
-# Modules that sit below the package they live in: pure declarations with no project imports at
-# their top, which the config reads. The dataset registry lives with the data, but the config's
-# `dataset` choices and its label checks read it; the model registry lives with the models, but
-# the config's `model` check reads its names (it imports a family only when one is built, by
-# name through importlib, which no edge here shows).
-BELOW_THEIR_PACKAGE = {"cvae.data.specs": "config", "cvae.model.registry": "config"}
-
-
 def package_of(module: str) -> str:
-    """cvae.data.idx -> data; cvae.config -> config; cvae -> config (its light root);
-    service.routes.classify -> service; cvae.data.specs, cvae.model.registry -> config
-    (BELOW_THEIR_PACKAGE)."""
-    if module in BELOW_THEIR_PACKAGE:
-        return BELOW_THEIR_PACKAGE[module]
+    """cvae.data.idx -> data; cvae.config.sections -> config; cvae -> config (its light
+    root); service.routes.classify -> service."""
     parts = module.split(".")
     if parts[0] == "service":
         return "service"

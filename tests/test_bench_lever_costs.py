@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from bench import lever_costs
-from cvae import presets
+from cvae.config import presets
 
 CONFIG = presets.test()
 CANDIDATES = {**lever_costs.cvae_losses(CONFIG), **lever_costs.ladder_losses(CONFIG)}

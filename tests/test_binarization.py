@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model.binarization import binarize, maybe_binarize
 
 

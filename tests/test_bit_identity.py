@@ -22,7 +22,7 @@ import pytest
 
 from bit_identity import check_sampler
 from conftest import train_run
-from cvae import presets
+from cvae.config import presets
 from cvae.sampling.sampler import load_sampler
 from cvae.data.synthetic import synthetic_dataset
 

@@ -3,7 +3,7 @@ import json
 import numpy as np
 from PIL import Image
 
-from cvae import presets
+from cvae.config import presets
 from cvae.training.callbacks import (Callback, Checkpointer, EarlyStopping, LossCurve,
                                      MetricsLogger, Run, TensorBoard)
 from cvae.training.checkpoints import load_checkpoint

@@ -6,7 +6,7 @@ import orbax.checkpoint as ocp
 import pytest
 from trees import tree_equal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.training.callbacks import Checkpointer
 from cvae.training.checkpoints import (NO_METRICS_WARNING, create_manager, load_checkpoint,
                                        restore_state, save_checkpoint)
@@ -21,7 +21,7 @@ from cvae.training.step import create_train_state, run_key
 
 def make_state(config):
     optimizer, _ = create_optimizer(config, 100)
-    return create_train_state(create_model(config), optimizer, config, key=run_key(config.seed))
+    return create_train_state(create_model(config), optimizer, config, key=run_key(config.run.seed))
 
 
 def test_save_then_restore_is_exact_including_optimizer_state(tmp_path):
@@ -56,9 +56,9 @@ def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads
     manager.close()
     checkpoint = load_checkpoint(tmp_path)
     assert checkpoint.step == 3 and checkpoint.metrics == {"loss": 1.0}
-    assert checkpoint.config.validation_size == 0  # it trained on the whole training file
-    assert checkpoint.config.prior == "standard" and checkpoint.state.prior == {}
-    assert checkpoint.config.truncation == 1.0  # drawn as it always was
+    assert checkpoint.config.data.validation_size == 0  # it trained on the whole training file
+    assert checkpoint.config.prior.name == "standard" and checkpoint.state.prior == {}
+    assert checkpoint.config.drawing.truncation == 1.0  # drawn as it always was
     assert tree_equal(jax.device_get(state.params), jax.device_get(checkpoint.state.params))
     assert load_sampler(tmp_path).sample_images(1, 2, seed=0).shape == (2, 28, 28)
 
@@ -121,7 +121,7 @@ def test_resume_with_a_different_model_names_the_fields(tmp_path):
     run = train_and_evaluate(config.replace(latent_dim=8), synthetic_dataset(80),
                              tmp_path, callbacks=[Checkpointer()], fresh=True)
     assert run.step == 4
-    assert load_checkpoint(tmp_path).config.latent_dim == 8
+    assert load_checkpoint(tmp_path).config.model.options.latent_dim == 8
 
 
 def test_resume_continues_the_step_count(tmp_path):

@@ -9,9 +9,9 @@ import sys
 import pytest
 from PIL import Image
 
-from cvae.cli import build_parser, config_from_args
-from cvae.config import Config, as_flags, field_doc
-from cvae.presets import PRESETS, default, seed
+from cvae.cli.main import build_parser, config_from_args
+from cvae.config.sections import Config, as_flags, field_doc
+from cvae.config.presets import PRESETS, default, seed
 from cvae.data.synthetic import write_synthetic_idx
 
 

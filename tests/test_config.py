@@ -1,7 +1,7 @@
 import pytest
 
-from cvae.config import Config, ConfigError
-from cvae.presets import default, get_preset, likelihood, seed
+from cvae.config.sections import Config, ConfigError
+from cvae.config.presets import default, get_preset, likelihood, seed
 
 
 def test_json_round_trip_is_exact():
@@ -49,13 +49,13 @@ def test_validation_names_the_field_and_range(field, value, fragment):
 
 def test_seed_preset_is_the_seed_document_setup():
     config = seed()
-    assert config.hidden_sizes == (256, 128, 64)
-    assert config.latent_dim == 32
-    assert config.likelihood == "gaussian"
-    assert config.kl_weight == 0.5
-    assert (config.optimizer, config.learning_rate, config.lr_schedule) == ("adamw", 1e-4,
-                                                                             "constant")
-    assert config.batch_size == 16
+    assert config.model.options.hidden_sizes == (256, 128, 64)
+    assert config.model.options.latent_dim == 32
+    assert config.likelihood.name == "gaussian"
+    assert config.objective.kl_weight == 0.5
+    assert (config.optimizer.name, config.optimizer.learning_rate,
+            config.optimizer.lr_schedule) == ("adamw", 1e-4, "constant")
+    assert config.run.batch_size == 16
 
 
 def test_unknown_preset_lists_the_allowed_ones():
@@ -77,20 +77,23 @@ def test_the_conv_preset_is_the_default_with_convolutions_for_100_epochs():
 
 def test_command_line_strings_are_coerced():
     config = Config.from_dict({"hidden_sizes": "64,32", "batch_norm": "true", "epochs": "3"})
-    assert config.hidden_sizes == (64, 32) and config.batch_norm is True and config.epochs == 3
+    assert (config.model.options.hidden_sizes == (64, 32)
+            and config.model.options.batch_norm is True and config.run.epochs == 3)
 
 
 def test_semi_preset_is_100_labels_with_its_levers_and_round_trips():
     config = get_preset("semi")
-    assert (config.labels, config.labelled_count, config.classifier_shift) == ("100", 100, 2)
-    assert config.classifier_weight == 5.0 and config.consistency_weight == 20.0
-    assert (config.vat_weight, config.vat_epsilon, config.entropy_weight) == (3.0, 2.0, 1.0)
+    assert (config.labels.count, config.labels.labelled_count,
+            config.labels.classifier_shift) == ("100", 100, 2)
+    assert config.labels.classifier_weight == 5.0 and config.labels.consistency_weight == 20.0
+    assert (config.labels.vat_weight, config.labels.vat_epsilon,
+            config.labels.entropy_weight) == (3.0, 2.0, 1.0)
     assert config.validate() is config
     assert type(config).from_json(config.to_json()) == config
 
 
 def test_a_config_without_the_semi_supervised_fields_trains_on_every_label():
-    from cvae.config import Config
+    from cvae.config.sections import Config
 
     stored = {k: v for k, v in Config().to_dict().items()
               if k not in ("labels", "classifier_weight", "labelled_per_batch",
@@ -101,10 +104,10 @@ def test_a_config_without_the_semi_supervised_fields_trains_on_every_label():
 
 def test_model_lever_defaults_are_the_one_layer_elbo_model():
     config = default()
-    assert (config.objective, config.importance_samples, config.stochastic_layers) == \
-        ("elbo", 1, 1)
-    assert config.prior == "mixture" and likelihood().prior == "mixture"
-    assert config.model == "cvae"
+    assert (config.objective.bound, config.objective.importance_samples,
+            config.model.options.stochastic_layers) == ("elbo", 1, 1)
+    assert config.prior.name == "mixture" and likelihood().prior == "mixture"
+    assert config.model.name == "cvae"
     assert config.validate() == config
 
 

@@ -15,11 +15,11 @@ import jax
 import numpy as np
 import pytest
 
-from cvae import presets
-from cvae.cli import main
-from cvae.cli_help import CONFIG_GROUPS
-from cvae.config import Config
-from cvae.config_toml import load_config, preset_file, to_toml
+from cvae.config import presets
+from cvae.cli.main import main
+from cvae.cli.help import CONFIG_GROUPS
+from cvae.config.sections import Config
+from cvae.config.toml import load_config, preset_file, to_toml
 from cvae.model.store import CONFIG_FILE, RECORD_FILE, read_record
 from cvae.training.checkpoints import load_checkpoint
 

@@ -9,7 +9,7 @@ import pytest
 
 from cvae.model import convolution
 from cvae.model.registry import create_model, init_variables
-from cvae.presets import test as test_config
+from cvae.config.presets import test as test_config
 from cvae.sampling.functions import create_classify_fn
 
 # (flax's layer, ours, an input shape): the encoder's and the decoder's, and an odd size.

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cvae.cli import build_parser
+from cvae.cli.main import build_parser
 from service.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -138,7 +138,7 @@ OWN_CONFIG_ROW = re.compile(r"^\| `(configs/own-[\w-]+\.toml)` \| `(\w+)`, [^|]+
 
 
 def test_the_own_images_page_states_its_configs_as_the_files_hold_them():
-    from cvae.config_toml import read_config_file
+    from cvae.config.toml import read_config_file
 
     rows = OWN_CONFIG_ROW.findall((ROOT / "docs" / "own-images.md").read_text())
     assert sorted(path for path, *_ in rows) == sorted(

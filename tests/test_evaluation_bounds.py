@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.specs import MNIST
 from cvae.data.synthetic import write_synthetic_idx
 from cvae.evaluation import iwae

@@ -12,7 +12,7 @@ from PIL import Image
 
 from cvae.evaluation import reports
 from cvae.evaluation.fidelity import label_counts_like
-from cvae.cli import main
+from cvae.cli.main import main
 from cvae.model.store import read_record
 from cvae.sampling.grid import grid_shape
 from cvae.data.synthetic import synthetic_dataset
@@ -42,7 +42,7 @@ def test_eval_writes_json_table_and_reports(trained_run, eval_data_dir, tmp_path
     assert "argmax_y p(x|y) error, K=2" in table
     # K=8 is at least as tight as the single-sample ELBO on average (up to binarisation noise).
     assert bound["nll_conditional"] < results["elbo"]["neg_elbo"] + 5
-    assert 0 <= results["elbo"]["active_units"] <= trained_run.config.latent_dim
+    assert 0 <= results["elbo"]["active_units"] <= trained_run.config.model.options.latent_dim
     fid = results["fidelity"]
     assert len(fid["samples"]["accuracy_per_digit"]) == 10
     assert 0 <= fid["samples"]["accuracy"] <= 1 and fid["real"]["fd"] >= 0

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from cvae import presets
+from cvae.config import presets
 from cvae.export.card import eval_metrics, train_command
 from cvae.model.store import read_record
 
@@ -114,7 +114,7 @@ def test_the_training_command_rebuilds_the_config():
                       "--labels 100 --classifier-weight 5.0 --classifier-shift 2 " \
                       "--consistency-weight 20.0 --entropy-weight 1.0 --vat-weight 3.0 " \
                       "--vat-epsilon 2.0"
-    from cvae.cli import build_parser, config_from_args
+    from cvae.cli.main import build_parser, config_from_args
 
     args = build_parser().parse_args(command.split()[1:])
     assert config_from_args(args) == config

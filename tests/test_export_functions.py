@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.errors import CheckpointError
 from cvae.export.functions import onnx_prior_sample, used_variables
 from cvae.export.manifest import is_export, verify_folder, write_manifest

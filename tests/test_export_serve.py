@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cvae.export.onnx_files import run_onnx
-from cvae.sampling.sampler import DIGITS, load_sampler, request_latents
+from cvae.sampling.sampler import load_sampler, request_latents
 from servers import cvae_server
 from service.app import create_app
 from test_digit_image import encoded, seven
@@ -117,6 +117,7 @@ def test_the_page_gets_the_served_models_sample_onnx(exported, export_runs):
         assert reply.status_code == 200
         assert reply.headers["x-checkpoint-step"] == str(max(run.steps))
     sampler = load_sampler(run.directory)
-    noise, labels = request_latents(0, DIGITS, 7, latent_dim=sampler.noise_dim, temperature=1.0)
+    noise, labels = request_latents(0, sampler.classes, 7, latent_dim=sampler.noise_dim,
+                                    temperature=1.0)
     images = run_onnx(reply.content, {"noise": noise, "label": labels})[0]
     assert np.max(np.abs(images - sampler.decode(noise, labels))) <= 1e-5

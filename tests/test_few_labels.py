@@ -15,11 +15,11 @@ import pytest
 from test_reliability import kill_repeatedly, train_command
 from trees import tree_equal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.training import few_labels
 from cvae.training.callbacks import Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
-from cvae.config import ConfigError
+from cvae.config.sections import ConfigError
 from cvae.data.specs import MNIST
 from cvae.errors import ResumeError
 from cvae.training.loop import train_and_evaluate
@@ -135,14 +135,14 @@ def test_unlabelled_loss_is_the_explicit_sum_over_the_ten_labels():
 
     # By hand: each unlabelled image with each label on its own, with the noise of its row
     # (labelled rows first, then image i with label k at 3 + 10 i + k).
-    noise = jax.random.normal(z_key, (3 + 5 * CLASSES, config.latent_dim))
+    noise = jax.random.normal(z_key, (3 + 5 * CLASSES, config.model.options.latent_dim))
 
     @jax.jit  # eager, each op compiled on its own (53 calls)
     def jitted_neg_elbo(variables, image, label, noise_row):
         mean, logvar = model.apply(variables, image[None], jnp.array([label]), method="encode")
         z = mean + jnp.exp(0.5 * logvar) * noise_row
         logits = model.apply(variables, z, jnp.array([label]), method="decode")
-        return (densities.reconstruction(logits, image[None], config.likelihood)[0]
+        return (densities.reconstruction(logits, image[None], config.likelihood.name)[0]
                 + 2.0 * densities.kl_per_dimension(mean, logvar).sum())
 
     def neg_elbo(image, label, row):
@@ -239,7 +239,7 @@ def test_unlabelled_images_labels_are_never_read(tmp_path):
     config = SEMI.replace(epochs=2, prior="mixture")
     split = split_training_set(data.train_images, data.train_labels, config)
     chosen = few_labels.choose_labelled_set(split, config)
-    hashes = _hash_keys(config.seed, np.arange(200), _LABELLED_SALT)
+    hashes = _hash_keys(config.run.seed, np.arange(200), _LABELLED_SALT)
     highest_chosen = [hashes[chosen["indices"][chosen["labels"] == c]].max()
                       for c in range(CLASSES)]
     relabelled = data.train_labels.copy()

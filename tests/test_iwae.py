@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_images
 from cvae.evaluation import iwae
 from cvae.model import densities, learned_prior

@@ -16,14 +16,14 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from trees import tree_equal
 
-from cvae.cli import main
+from cvae.cli.main import main
 from cvae.data.synthetic import synthetic_images
 from cvae.model import prior as prior_lib
 from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling.request_batches import request_rows
-from cvae.sampling.sampler import DIGITS, Codes, LatentRequest, batch_latents, load_sampler
+from cvae.sampling.sampler import Codes, LatentRequest, batch_latents, load_sampler
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
 from cvae.training.checkpoints import load_checkpoint
@@ -81,7 +81,7 @@ def test_the_fitted_mixture_is_fitted_to_the_top_layers_codes(ladder):
 @pytest.mark.determinism
 def test_samples_draw_every_layer_and_keep_their_bits_alone_and_batched(ladder):
     _, sampler = ladder
-    requests = [LatentRequest(1, (7,), 5, 1.0), LatentRequest(2, DIGITS, 3, 0.5),
+    requests = [LatentRequest(1, (7,), 5, 1.0), LatentRequest(2, sampler.classes, 3, 0.5),
                 LatentRequest(1, (7,), 20, 1.0)]
     alone = [sampler.decode(*batch_latents([r], sampler.noise_dim)[0]) for r in requests]
     drawn = request_rows(requests, sampler)
@@ -102,7 +102,8 @@ def test_transfers_and_walks_decode_the_top_layers_codes(ladder):
     requests = [TransferRequest(image, None, (1, 7), 0, 0), TransferRequest(image, 3, (5,), 2, 9)]
     transfers = transfer_latents(requests, sampler)
     assert [codes.z.shape for codes in transfers] == [(2, 3), (2, 3)]
-    walks = walk_latents([LatentWalk(1, 2, (7, 4), 4, 1.0), DigitWalk(3, 4, 2, 1.0)], sampler)
+    walks = walk_latents([LatentWalk(1, 2, (7, 4), 4, 1.0),
+                          DigitWalk(3, 4, 2, 1.0, sampler.classes)], sampler)
     assert [codes.z.shape for codes in walks] == [(8, 3), (20, 3)]
     # A walk's ends are /sample's draws mapped to codes: the top layer's noise through the prior.
     noise, labels = batch_latents([LatentRequest(1, (7,), 1, 1.0)], sampler.noise_dim)[0]
@@ -114,7 +115,7 @@ def test_transfers_and_walks_decode_the_top_layers_codes(ladder):
     model = create_model(sampler.config)
     expected = pixel_means(model.apply(sampler.variables, codes.z, codes.labels,
                                        method="decode"),
-                           sampler.config.pixel_sharpness).reshape(-1, 28, 28)
+                           sampler.config.drawing.pixel_sharpness).reshape(-1, 28, 28)
     np.testing.assert_allclose(sampler.decode_codes(codes.z, codes.labels), expected, atol=1e-6)
     # Codes keep their bits whatever they are decoded with.
     every = [*transfers, *walks]

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_images
 from cvae.model import densities, learned_prior, objectives, registry
 from cvae.model.densities import pixel_means
@@ -270,7 +270,7 @@ def test_reconstruct_is_the_elbo_at_every_layers_posterior_mean(ladder):
 def test_create_model_reads_the_config():
     config = presets.test().replace(model="ladder", stochastic_layers=3, upper_latent_dim=2)
     model = create_model(config)
-    assert model.latent_dims == (config.latent_dim, 2, 2)
+    assert model.latent_dims == (config.model.options.latent_dim, 2, 2)
     variables = init_variables(model, jax.random.key(10))
     assert "top_down_heads_1" in variables["params"]
 

@@ -57,17 +57,40 @@ def test_modules_import_each_other_without_a_cycle():
     graphlib.TopologicalSorter(graph).static_order()  # raises CycleError naming the cycle
 
 
-def test_the_model_registry_imports_no_family_and_no_jax_at_its_top():
-    """The config reads the registry's names, so the registry stays light: families are
-    imported by name when one is built (importlib), never by an import statement."""
-    tree = ast.parse((ROOT / "cvae/model/registry.py").read_text())
+def test_the_component_registry_imports_no_component_and_no_jax_at_its_top():
+    """The config reads the registry's names, so the registry stays light: components are
+    imported by name when one is used (importlib), never by an import statement."""
+    tree = ast.parse((ROOT / "cvae/config/components.py").read_text())
     top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
            for alias in node.names}
-    top |= {node.module.split(".")[0] for node in tree.body
+    top |= {node.module for node in tree.body
             if isinstance(node, ast.ImportFrom) and node.module}
-    assert top <= {"__future__", "importlib", "os"}
-    assert not import_graph.module_graph()["cvae.model.registry"] & {
-        module for module in import_graph.module_paths() if module.startswith("cvae.model.")}
+    assert top <= {"__future__", "dataclasses", "importlib", "os", "typing",
+                   "cvae.config.settings", "cvae.errors"}
+
+
+def compared_component_names(path: Path) -> list[str]:
+    """Comparisons (==, !=, in, not in) with a registered component's name as a literal."""
+    from cvae.config import components
+
+    names = {name for kind in components.KINDS for name in components.names(kind)}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        literals = [c.value for operand in operands
+                    for c in (operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
+                              else [operand]) if isinstance(c, ast.Constant)]
+        if any(isinstance(value, str) and value in names for value in literals):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_code_outside_the_registry_compares_a_component_name():
+    """A family, prior or likelihood is asked what it does (its class's attributes), never
+    which one it is: `config.prior.name == "standard"` would leave a new prior out."""
+    assert [hit for path in SOURCES for hit in compared_component_names(path)] == []
 
 
 # ---- no caller asks which family it holds ------------------------------------------------------
@@ -126,13 +149,15 @@ def test_every_stage_is_a_package_with_a_light_init():
 
 
 def test_cli_help_loads_no_jax():
-    """`cvae --help` and every command's `--help` answer at once: nothing heavy is imported."""
+    """`cvae --help` and every command's `--help` answer at once: nothing heavy is imported.
+    `cvae train --help` is the exception: it lists every registered component's options,
+    which are declared beside their code (and so import JAX)."""
     code = """
 import contextlib, io, sys
-from cvae.cli import build_parser
-for command in ([], ["data"], ["train"], ["launch"], ["sample"], ["eval"], ["serve"]):
+from cvae.cli.main import main
+for command in ([], ["data"], ["launch"], ["sample"], ["eval"], ["serve"], ["export"]):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-        build_parser().parse_args([*command, "--help"])
+        main([*command, "--help"])
 heavy = ("jax", "jaxlib", "flax", "optax", "orbax", "numpy", "fastapi", "matplotlib")
 print(sorted(name for name in sys.modules if name.split(".")[0] in heavy))
 """

@@ -13,7 +13,7 @@ import optax
 import pytest
 from scipy.stats import multivariate_normal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model import learned_prior as lp
 from cvae.model import prior as prior_lib
 from cvae.model.registry import create_model, init_variables
@@ -114,7 +114,7 @@ def test_vamp_prior_of_a_cvae_has_a_finite_density_and_trains_its_pseudo_inputs(
     variables = init_variables(model, jax.random.key(5))
     pseudo = lp.PseudoInputs(per_class=2, pixels=784, num_classes=10)
     pseudo_variables = pseudo.init(jax.random.key(6))
-    z = jax.random.normal(jax.random.key(7), (8, config.latent_dim))
+    z = jax.random.normal(jax.random.key(7), (8, config.model.options.latent_dim))
     labels = jnp.arange(8) % 10
 
     def log_prior(pseudo_params):

@@ -77,7 +77,7 @@ def test_bits_per_dimension_are_nats_over_values_times_ln_2():
 
 def first_losses() -> list[float]:
     """The default config's first training losses on the synthetic digits, step by step."""
-    from cvae.config import Config
+    from cvae.config.sections import Config
     from cvae.data.synthetic import synthetic_dataset
     from cvae.training.callbacks import Callback
     from cvae.training.loop import train_and_evaluate
@@ -93,7 +93,7 @@ def first_losses() -> list[float]:
     config = Config(validation_size=16, max_steps=FIRST_STEPS)
     losses = Losses()
     with tempfile.TemporaryDirectory() as directory:
-        train_and_evaluate(config, synthetic_dataset(FIRST_STEPS * config.batch_size + 16),
+        train_and_evaluate(config, synthetic_dataset(FIRST_STEPS * config.run.batch_size + 16),
                            Path(directory), callbacks=[losses])
     return losses.values
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model import densities, objectives
 from cvae.model.objectives import RowTerms
 from cvae.model.interface import Terms, sampled_terms

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from trees import tree_equal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.loop import train_and_evaluate
@@ -56,13 +56,14 @@ def test_a_once_refused_combination_trains_with_finite_figures(name, tmp_path):
         assert len(values) == run.step and np.all(np.isfinite(values)), name_
     last = losses.evaluations[-1]
     assert all(np.isfinite(value) for value in last.values() if isinstance(value, float))
-    if config.labelled_count is not None:  # M2: q(y|x) is trained and read
+    if config.labels.labelled_count is not None:  # M2: q(y|x) is trained and read
         assert "classifier_error" in " ".join(last)
-    if config.batch_norm:
+    if config.model.options.batch_norm:
         assert jax.tree.leaves(run.state.batch_stats)
-    if config.prior in ("vamp", "learned_mixture"):  # written where a fitted mixture would be
+    if config.prior.name in ("vamp", "learned_mixture"):  # written where a fitted mixture would be
         assert run.state.prior["mixture"]["means"].shape[:2] == (
-            10, config.pseudo_inputs if config.prior == "vamp" else config.prior_components)
+            10, (config.prior.options.pseudo_inputs if config.prior.name == "vamp"
+                 else config.prior.options.components))
 
 
 @pytest.mark.determinism

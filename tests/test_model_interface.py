@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from cvae import presets
-from cvae.config import Config, ConfigError
+from cvae.config import presets
+from cvae.config.sections import Config, ConfigError
 from cvae.model import registry
 from cvae.model.interface import Family, Terms
 from cvae.model.registry import create_model, init_variables
@@ -80,7 +80,7 @@ def test_a_family_registered_at_run_time_is_one_the_config_accepts(monkeypatch):
     monkeypatch.setitem(registry.FAMILIES, "probe", "cvae.model.one_latent")
     assert "probe" in registry.names()
     config = presets.test().replace(model="probe").validate()
-    assert registry.noise_dim(config) == config.latent_dim
+    assert registry.noise_dim(config) == config.model.options.latent_dim
     assert type(create_model(config)).__name__ == "OneLatent"
 
 

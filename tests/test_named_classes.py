@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from cvae import limits, presets
-from cvae.cli import main
+from cvae.cli.main import main
 from cvae.data import specs
 from cvae.data.load import Dataset
 from cvae.sampling.grid import grid_shape

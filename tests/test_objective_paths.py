@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model import densities, objectives
 from cvae.model import prior as prior_lib
 from cvae.model.registry import create_model, init_variables
@@ -43,11 +43,11 @@ def loss_of(model, variables, config, kl_weight=1.0, key=2):
     (jitted, as there: run op by op, each call compiled about a hundred small programs)."""
     x, y = batch()
     noise = objectives.draw_noise(jax.random.key(key), model,
-                                  samples=config.importance_samples, batch=B)
+                                  samples=config.objective.importance_samples, batch=B)
     rows, _, _ = objectives.row_terms(model, variables, images=x, labels=y, noise=noise,
-                                      objective=config.objective, kl_weight=kl_weight)
-    return objectives.batch_loss(rows, objective=config.objective, kl_weight=kl_weight,
-                                 free_bits=config.free_bits)
+                                      objective=config.objective.bound, kl_weight=kl_weight)
+    return objectives.batch_loss(rows, objective=config.objective.bound, kl_weight=kl_weight,
+                                 free_bits=config.objective.free_bits)
 
 
 def written_prior(model, variables, config) -> dict:
@@ -150,7 +150,7 @@ def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objecti
     written = {"params": variables["params"],
                prior_lib.COLLECTION: written_prior(model, variables, config)}
     x, y = batch()
-    noise = jax.random.normal(jax.random.key(4), (B, config.latent_dim))
+    noise = jax.random.normal(jax.random.key(4), (B, config.model.options.latent_dim))
     assert model.apply(written, noise, y, method="generate").shape == (B, 784)
     # The collection's density is the learned prior's: cvae eval scores the prior it samples.
     live = model.apply({"params": variables["params"]}, noise[None], y, sampling=False,

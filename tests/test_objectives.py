@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.evaluation import iwae as iwae_eval
 from cvae.model import densities
 from cvae.model import objectives as obj
@@ -289,7 +289,7 @@ def tiny_cvae():
     model = create_model(config)
     variables = init_variables(model, jax.random.key(1))
     x = jax.random.bernoulli(jax.random.key(2), 0.3, (6, 784)).astype(jnp.float32)
-    return model, variables, x, jnp.arange(6, dtype=jnp.int32) % 10, config.latent_dim
+    return model, variables, x, jnp.arange(6, dtype=jnp.int32) % 10, config.model.options.latent_dim
 
 
 def test_model_log_weights_are_the_evaluations(tiny_cvae):
@@ -348,7 +348,7 @@ def test_a_trained_model_reads_digits_by_bayes_rule(transfer_run):
     model, config = create_model(checkpoint.config), checkpoint.config
     images_u8, labels = transfer_run.data.test_images, transfer_run.data.test_labels
     x = iwae_eval.binarize_levels(jax.random.key(0), images_u8)
-    noise = normals(12, (8, len(x), config.latent_dim))
+    noise = normals(12, (8, len(x), config.model.options.latent_dim))
     bounds = model_bounds(model, checkpoint.state.eval_variables(), x, noise, 10)
     read, _ = obj.bayes_classify(bounds)
     assert np.mean(np.asarray(read) == labels) >= 0.95

@@ -11,7 +11,7 @@ from cvae.model import densities, registry
 from cvae.model.layers import soft_clamp
 from cvae.model.one_latent import OneLatent
 from cvae.model.registry import create_model, init_variables
-from cvae.presets import test as test_config
+from cvae.config.presets import test as test_config
 
 
 def param_count(params) -> int:
@@ -25,21 +25,23 @@ def test_shapes_of_encode_decode_and_terms(architecture, conditioning):
                                    label_conditioning=conditioning)
     model = create_model(config)
     assert isinstance(model, OneLatent)
-    assert model.noise_dim == model.code_dim == config.latent_dim
-    assert registry.noise_dim(config) == registry.code_dim(config) == config.latent_dim
+    assert model.noise_dim == model.code_dim == config.model.options.latent_dim
+    assert (registry.noise_dim(config) == registry.code_dim(config)
+            == config.model.options.latent_dim)
     variables = init_variables(model, jax.random.key(0))
     images = jnp.zeros((5, 784))
     labels = jnp.arange(5)
     mean, logvar = model.apply(variables, images, labels, method="encode")
-    assert mean.shape == logvar.shape == (5, config.latent_dim)
+    assert mean.shape == logvar.shape == (5, config.model.options.latent_dim)
     logits = model.apply(variables, mean, labels, method="decode")
     assert logits.shape == (5, 784)
-    noise = jax.random.normal(jax.random.key(1), (3, 5, config.latent_dim))
+    noise = jax.random.normal(jax.random.key(1), (3, 5, config.model.options.latent_dim))
     terms = model.apply(variables, images, labels, noise, method="terms")
     assert terms.log_px.shape == terms.log_pz.shape == terms.log_qz.shape == (3, 5)
-    assert terms.kl_dims.shape == (3, 5, config.latent_dim)
+    assert terms.kl_dims.shape == (3, 5, config.model.options.latent_dim)
     # With zero noise the draw is the encoder's mean.
-    zero = model.apply(variables, images, labels, jnp.zeros((1, 5, config.latent_dim)),
+    zero = model.apply(variables, images, labels,
+                       jnp.zeros((1, 5, config.model.options.latent_dim)),
                        method="draws")
     np.testing.assert_array_equal(zero[0], mean)
 
@@ -50,7 +52,7 @@ def test_terms_are_the_densities_of_the_draws_and_score_gives_them_back():
     variables = init_variables(model, jax.random.key(0))
     x = jax.random.bernoulli(jax.random.key(1), 0.3, (4, 784)).astype(jnp.float32)
     y = jnp.array([1, 2, 3, 4])
-    noise = jax.random.normal(jax.random.key(2), (2, 4, config.latent_dim))
+    noise = jax.random.normal(jax.random.key(2), (2, 4, config.model.options.latent_dim))
     terms = model.apply(variables, x, y, noise, method="terms")
     mean, logvar = model.apply(variables, x, y, method="encode")
     z = model.apply(variables, x, y, noise, method="draws")
@@ -86,7 +88,7 @@ def test_label_changes_the_decoded_image(conditioning):
     config = test_config().replace(label_conditioning=conditioning, hidden_sizes=(32, 16))
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
-    z = jnp.zeros((2, config.latent_dim))
+    z = jnp.zeros((2, config.model.options.latent_dim))
     logits = model.apply(variables, z, jnp.array([3, 7]), method="decode")
     assert not np.allclose(logits[0], logits[1])
 
@@ -127,7 +129,8 @@ def test_reconstruct_is_the_elbo_at_the_posterior_mean():
     x = jax.random.bernoulli(jax.random.key(1), 0.3, (3, 784)).astype(jnp.float32)
     y = jnp.array([0, 5, 9])
     mean, logvar, neg_elbo = model.apply(variables, x, y, method="reconstruct")
-    terms = model.apply(variables, x, y, jnp.zeros((1, 3, config.latent_dim)), method="terms")
+    terms = model.apply(variables, x, y, jnp.zeros((1, 3, config.model.options.latent_dim)),
+                        method="terms")
     np.testing.assert_allclose(neg_elbo, -terms.log_px[0] + terms.kl_dims[0].sum(-1), rtol=1e-5)
 
 

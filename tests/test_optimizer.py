@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model.registry import create_model, init_variables, param_groups
 from cvae.training.optimizer import (create_kl_weight_schedule, create_learning_rate_schedule,
                                      create_optimizer, freeze_labels)

@@ -21,16 +21,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae import presets
-from cvae.config import Config
+from cvae.config import presets
+from cvae.config.sections import Config
 from cvae.data import prepared, specs
 from cvae.data.load import load_dataset
 from cvae.data.memory import MEMORY_ENV, check_fits
-from cvae.data.command import parse_image_size
+from cvae.cli.data import parse_image_size
 from cvae.data.own import RESIZE_FILTER, prepare_own
 from cvae.data.synthetic import write_synthetic_idx
 from cvae.errors import ConfigError, DataError
 from cvae.export.config_file import config_json, read_config
+from cvae.data.specs import spec_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -295,7 +296,7 @@ def test_the_spec_round_trips_as_json_and_registers_once(sources, tmp_path):
     with pytest.raises(DataError, match="'mnist' is built in"):
         specs.register(specs.DatasetSpec.from_dict(spec.to_dict() | {"name": "mnist"}))
     config = Config(dataset="registered").validate()
-    assert config.spec is spec
+    assert spec_of(config.data.dataset) is spec
     assert read_config(config_json(config), "config.json") == config  # the export's file
     with pytest.raises(ConfigError, match="run `cvae data --from PATH --name unprepared`"):
         Config(dataset="unprepared").validate()
@@ -317,7 +318,7 @@ def test_the_memory_limit_is_a_share_of_the_machine_also_when_training_loads(
     with pytest.raises(DataError, match="more than this machine can train on"):
         load_dataset(tmp_path, "budgeted", test=False)
     # At the CLI: one line, exit code 2, and no checkpoint dir made for the refused run.
-    from cvae.cli import main
+    from cvae.cli.main import main
 
     run = tmp_path / "refused-run"
     assert main(["train", "--dataset", "budgeted", "--data-dir", str(tmp_path),
@@ -346,7 +347,7 @@ def test_a_prepared_dataset_trains_and_its_checkpoint_carries_the_spec(own_run):
 
     data_dir, run = own_run
     model = store.load_trained_model(run)
-    assert model.config.dataset == "digits-run" and model.step > 0
+    assert model.config.data.dataset == "digits-run" and model.step > 0
     manager = store.open_read_only(run)
     stored = manager.restore(model.step, args=ocp.args.Composite(
         **{store.DATASET: ocp.args.JsonRestore()}))[store.DATASET]
@@ -378,7 +379,9 @@ def test_cvae_data_from_then_a_fresh_process_reads_the_model_without_the_data(ow
         f"choose another --name"]
     read = subprocess.run(
         [sys.executable, "-c", "import sys; from cvae.model.store import load_trained_model; "
-         "print(load_trained_model(sys.argv[1]).config.spec.class_names)", str(own_run[1])],
+         "from cvae.data.specs import spec_of; "
+         "print(spec_of(load_trained_model(sys.argv[1]).config.data.dataset).class_names)",
+         str(own_run[1])],
         capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == str(tuple(str(d) for d in range(10)))
@@ -391,7 +394,7 @@ def test_cvae_data_from_then_a_fresh_process_reads_the_model_without_the_data(ow
     (["--from", "x.npz", "--name", "mine", "--dataset", "mnist"], "--from PATH takes --name"),
 ])
 def test_cvae_data_says_which_flags_go_together(flags, message, tmp_path, capsys):
-    from cvae.cli import main
+    from cvae.cli.main import main
 
     assert main(["data", "--data-dir", str(tmp_path / "data"), *flags]) == 2
     assert capsys.readouterr().err.startswith(f"cvae data: error: {message}")
@@ -400,7 +403,7 @@ def test_cvae_data_says_which_flags_go_together(flags, message, tmp_path, capsys
 
 def test_cvae_train_registers_a_prepared_dataset_named_by_a_flag_or_a_config_file(
         sources, tmp_path, capsys):
-    from cvae.cli import main
+    from cvae.cli.main import main
 
     prepare(sources["digits"], "from-file", tmp_path / "data")
     (tmp_path / "run.toml").write_text('dataset = "from-file"\n')

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.evaluation import iwae
 from cvae.model import prior
 from cvae.training.callbacks import Checkpointer
@@ -153,7 +153,7 @@ def test_the_unfitted_mixture_is_the_standard_prior():
     variables = init_variables(model, jax.random.key(0))
     standard = create_model(config.replace(prior="standard"))
     plain = {"params": variables["params"]}
-    noise = jax.random.normal(jax.random.key(1), (6, config.latent_dim))
+    noise = jax.random.normal(jax.random.key(1), (6, config.model.options.latent_dim))
     labels = jnp.arange(6)
     np.testing.assert_allclose(
         model.apply(variables, noise, labels, sampling=True, method="log_prior"),
@@ -169,7 +169,7 @@ def test_standard_prior_generates_exactly_what_decode_does():
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     assert set(variables) == {"params"}
-    noise = jax.random.normal(jax.random.key(1), (4, config.latent_dim))
+    noise = jax.random.normal(jax.random.key(1), (4, config.model.options.latent_dim))
     labels = jnp.arange(4)
     np.testing.assert_array_equal(model.apply(variables, noise, labels, method="generate"),
                                   model.apply(variables, noise, labels, method="decode"))
@@ -181,7 +181,7 @@ def test_a_run_with_the_mixture_prior_stores_and_samples_from_it(tmp_path, codes
                                        prior_codes=codes)
     train_and_evaluate(config, synthetic_dataset(80), tmp_path, callbacks=[Checkpointer()])
     mixture = load_checkpoint(tmp_path).state.prior[prior.VARIABLE]
-    assert mixture["means"].shape == (10, 2, config.latent_dim)
+    assert mixture["means"].shape == (10, 2, config.model.options.latent_dim)
     assert np.any(np.asarray(mixture["means"]) != 0)  # fitted, not the initial N(0, I)
     np.testing.assert_allclose(np.asarray(mixture["weights"]).sum(axis=1), 1.0, rtol=1e-5)
     images = load_sampler(tmp_path).sample_images(None, 3, seed=0)

@@ -6,16 +6,17 @@ import numpy as np
 
 from cvae.sampling.request_batches import request_rows
 from cvae.sampling.walks import DigitWalk, LatentWalk
-from cvae.sampling.sampler import DIGITS, LatentRequest, load_sampler
+from cvae.sampling.sampler import LatentRequest, load_sampler
 from cvae.sampling.transfer import TransferRequest
 
 
 def test_mixed_kinds_in_one_batch_get_the_rows_they_get_alone(trained_run):
     sampler = load_sampler(trained_run.directory)
     image = trained_run.data.test_images[0]
-    requests = [LatentRequest(1, (7,), 16, 1.0), TransferRequest(image, None, DIGITS, 2, 5),
-                LatentWalk(1, 2, (3,), 5, 1.0), LatentRequest(2, DIGITS, 3, 0.5),
-                DigitWalk(4, 1, 2, 1.0), TransferRequest(image, 3, (1, 2), 0, 0)]
+    every = sampler.classes
+    requests = [LatentRequest(1, (7,), 16, 1.0), TransferRequest(image, None, every, 2, 5),
+                LatentWalk(1, 2, (3,), 5, 1.0), LatentRequest(2, every, 3, 0.5),
+                DigitWalk(4, 1, 2, 1.0, sampler.classes), TransferRequest(image, 3, (1, 2), 0, 0)]
     together = request_rows(requests, sampler)
     kinds = [len(rows) for rows in together]
     assert kinds == [2, 3, 3, 2, 3, 3]  # prior draws, or Codes (a transfer's with its label)

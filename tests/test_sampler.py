@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae import presets
+from cvae.config import presets
 from cvae.sampling.grid import grid_shape
 from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model, init_variables

@@ -242,7 +242,8 @@ def test_health_ready_metrics_docs_and_page(client, trained_run):
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["step"] == max(trained_run.steps)
     assert ready["pid"] == os.getpid() and len(ready["fingerprint"]) == 64
-    assert ready["config"]["latent_dim"] == trained_run.config.latent_dim
+    assert ready["config"]["model_options"]["latent_dim"] == \
+        trained_run.config.model.options.latent_dim
     assert ready["note"] is None
     client.get("/sample?digit=1&n=2")
     metrics = client.get("/metrics")

@@ -13,8 +13,8 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from PIL import Image
 
-from cvae import config as config_lib
-from cvae.cli import build_parser
+from cvae.config import sections as config_lib
+from cvae.cli.main import build_parser
 from cvae.data import prepare, specs
 from cvae.data.digit_image import prepare_digit
 from cvae.data.idx import IDX_FILES, write_idx

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from cvae import config as config_lib
-from cvae import presets
+from cvae.config import sections as config_lib
+from cvae.config import presets
 from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
-from cvae.config import ConfigError
+from cvae.config.sections import ConfigError
 from cvae.data.load import raw_dir_of
 from cvae.data.idx import TEST_IMAGES, TEST_LABELS
 from cvae.training.loop import train_and_evaluate

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from trees import tree_equal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.checkpoints import load_checkpoint
 from cvae.errors import ResumeError
@@ -19,7 +19,7 @@ from cvae.training.supervision import FullLabels
 def setup(config):
     model = create_model(config)
     optimizer, _ = create_optimizer(config, 1000)
-    key = run_key(config.seed)
+    key = run_key(config.run.seed)
     state, train_step = create_train_step(model, optimizer, config, key=key,
                                           supervision=FullLabels(config))
     return key, state, train_step
@@ -45,7 +45,7 @@ def test_loss_falls_on_a_tiny_synthetic_set(likelihood):
     key, state, train_step = setup(config)
     data = synthetic_dataset(256)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
-    chunk = create_train_chunk(train_step, config.batch_size)
+    chunk = create_train_chunk(train_step, config.run.batch_size)
     order = epoch_permutation(key, 0, 256)
     state, first = chunk(state, images, labels, order, 0, key, num_steps=16)
     for epoch in range(1, 6):
@@ -62,7 +62,7 @@ def test_fused_chunk_equals_single_steps():
     data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
     order = epoch_permutation(key, 0, 64)
-    chunk = create_train_chunk(train_step, config.batch_size)
+    chunk = create_train_chunk(train_step, config.run.batch_size)
     state_a, _ = chunk(state_a, images, labels, order, 0, key, num_steps=4)
     for i in range(4):
         idx = order[i * 16:(i + 1) * 16]
@@ -76,7 +76,7 @@ def test_chunk_does_not_recompile_for_new_data_order_or_offset():
     key, state, train_step = setup(config)
     data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
-    chunk = create_train_chunk(train_step, config.batch_size)
+    chunk = create_train_chunk(train_step, config.run.batch_size)
     state, _ = chunk(state, images, labels, epoch_permutation(key, 0, 64), 0, key, num_steps=2)
     compiled = chunk._cache_size()
     state, _ = chunk(state, images, labels, epoch_permutation(key, 1, 64), 2, key, num_steps=2)
@@ -159,7 +159,8 @@ def test_extending_a_finished_run_keeps_its_schedule_so_the_rate_does_not_jump(t
     assert max(rates) <= finished[-1]  # no jump back up
     assert rates == pytest.approx([1e-4] * 8)  # the schedule's final rate
     assert "keeps its span of 2 epochs" in caplog.text
-    assert load_checkpoint(tmp_path).config.schedule_epochs == 2  # and so on, if extended again
+    # and so on, if extended again
+    assert load_checkpoint(tmp_path).config.optimizer.schedule_epochs == 2
 
 
 def test_an_explicit_different_schedule_span_on_resume_is_refused(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from cvae.cli import main
+from cvae.cli.main import main
 from cvae.errors import CheckpointError, StepNotFound
 from cvae.evaluation.run import EvalOptions, run_eval
 from cvae.export.load import exported_step, open_sampler

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 from trees import tree_equal
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import CheckpointError
 from cvae.model.registry import create_model

@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.splits import split_training_set
 from cvae.data.synthetic import synthetic_dataset
 from cvae.errors import ResumeError

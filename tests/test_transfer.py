@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae.sampling.sampler import DIGITS, load_sampler, request_latents
+from cvae.sampling.sampler import load_sampler, request_latents
 from cvae.sampling.transfer import TransferRequest, transfer_latents, transfer_tiles
 
 
@@ -27,11 +27,11 @@ def test_codes_are_decoded_by_the_model_as_they_are(sampler, trained_run):
     from cvae.model.registry import create_model
 
     image, label = trained_run.data.test_images[2], int(trained_run.data.test_labels[2])
-    [codes] = transfer_latents([TransferRequest(image, label, DIGITS, 0, 0)], sampler)
+    [codes] = transfer_latents([TransferRequest(image, label, sampler.classes, 0, 0)], sampler)
     model = create_model(sampler.config)
     direct = pixel_means(model.apply(sampler.variables, codes.z, codes.labels,
                                      method="decode"),
-                         sampler.config.pixel_sharpness).reshape(-1, 28, 28)
+                         sampler.config.drawing.pixel_sharpness).reshape(-1, 28, 28)
     np.testing.assert_allclose(sampler.decode_codes(codes.z, codes.labels), direct, atol=1e-6)
 
 
@@ -47,7 +47,8 @@ def test_posterior_mean_rows_are_the_mean_decoded_with_each_digit(sampler, train
 def test_without_a_label_the_lowest_negative_elbo_wins(sampler, trained_run):
     image = trained_run.data.test_images[5]
     _, _, neg_elbo = sampler.encode(np.repeat(image[None], 10, axis=0), np.arange(10))
-    [(_, _, used)] = transfer_latents([TransferRequest(image, None, DIGITS, 0, 0)], sampler)
+    [(_, _, used)] = transfer_latents([TransferRequest(image, None, sampler.classes, 0, 0)],
+                                      sampler)
     assert used == int(np.argmin(neg_elbo))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.model.transport import (ClassTransport, class_moments, class_transport,
                                   gaussian_transport)
 

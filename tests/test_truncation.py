@@ -13,8 +13,8 @@ import pytest
 
 from fastapi.testclient import TestClient
 
-from cvae import presets
-from cvae.cli import main as cvae_main
+from cvae.config import presets
+from cvae.cli.main import main as cvae_main
 from cvae.model import prior
 from cvae.model.registry import create_model, init_variables
 from cvae.export.load import open_sampler
@@ -87,7 +87,7 @@ def test_cvae_sample_draws_at_the_truncation_asked(trained_run, tmp_path, capsys
     """`cvae sample --truncation Q`: the same weights drawn at Q, the PNG bytes of a sampler
     whose config says Q; its own truncation gives the bytes of no flag; out of (0, 1] exits 2
     naming the range, writing nothing."""
-    own = trained_run.config.truncation
+    own = trained_run.config.drawing.truncation
     pngs = {}
     for name, flags in {"none": [], "own": ["--truncation", str(own)],
                         "cut": ["--truncation", "0.3"]}.items():
@@ -121,7 +121,8 @@ def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained
             assert response.status_code == 200
             etags[truncation] = response.headers["etag"]
             served = client.get("/readyz").json()["config"]["truncation"]
-        assert served == (trained_run.config.truncation if truncation is None else truncation)
+        assert served == (trained_run.config.drawing.truncation if truncation is None
+                          else truncation)
     assert response.content == offline
     assert etags[None] != etags[0.3]
 
@@ -144,7 +145,8 @@ def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, dat
     assert exported.config == trained_run.config.replace(truncation=0.3)
     assert exported.sample_png(3, 16, 0) == open_sampler(run, truncation=0.3).sample_png(3, 16, 0)
     card = (folder / "README.md").read_text()
-    sharpness, own = trained_run.config.pixel_sharpness, trained_run.config.truncation
+    sharpness, own = (trained_run.config.drawing.pixel_sharpness,
+                      trained_run.config.drawing.truncation)
     assert (f"No figures here: {eval_json} scored samples drawn with pixel_sharpness "
             f"{sharpness!r}, truncation {own!r}, this export draws with pixel_sharpness "
             f"{sharpness!r}, truncation 0.3; run `cvae eval --checkpoint-dir {run} --json "

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.data.synthetic import synthetic_dataset
 from cvae.model.registry import create_model, init_variables
 from cvae.training.step import run_key
@@ -44,7 +44,7 @@ def test_evaluation_loss_is_the_training_objective_with_free_bits():
                        config=config)
     assert metrics["kl"] < 50.0
     assert metrics["loss"] == pytest.approx(
-        metrics["reconstruction"] + 2.0 * config.latent_dim * 50.0, rel=1e-6)
+        metrics["reconstruction"] + 2.0 * config.model.options.latent_dim * 50.0, rel=1e-6)
     plain = evaluate(create_eval_step(model, config.replace(free_bits=0.0)), variables,
                      images=images, labels=labels, key=run_key(0), batch_size=16,
                      config=config.replace(free_bits=0.0))

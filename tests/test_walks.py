@@ -7,12 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-from cvae import presets
+from cvae.config import presets
 from cvae.sampling.walks import DigitWalk, LatentWalk, slerp, walk_latents
 from cvae.model.registry import create_model, init_variables
-from cvae.sampling.sampler import DIGITS, create_sampler, request_latents
+from cvae.sampling.sampler import create_sampler, request_latents
 
 LATENT = 6
+DIGITS = tuple(range(10))  # the classes of the test config's dataset (MNIST)
 
 
 class StandardPrior:
@@ -69,15 +70,15 @@ def test_latent_walk_rows_run_from_the_seed_sample_to_the_to_seed_sample():
 
 
 def test_digit_walk_keeps_each_sample_and_decodes_it_as_every_digit():
-    [(z, labels, _)] = walk_latents([DigitWalk(3, 4, 2, 1.0)], StandardPrior())
+    [(z, labels, _)] = walk_latents([DigitWalk(3, 4, 2, 1.0, DIGITS)], StandardPrior())
     kept, _ = request_latents(3, (4,), 2, latent_dim=LATENT, temperature=1.0)
     assert labels.tolist() == list(DIGITS) * 2
     assert np.array_equal(z, np.repeat(kept, 10, axis=0))
 
 
 def test_walks_computed_together_equal_walks_computed_alone():
-    walks = [LatentWalk(1, 2, DIGITS, 3, 1.0), DigitWalk(1, 0, 3, 0.5),
-             LatentWalk(7, 1, (3,), 10, 1.5), DigitWalk(8, 9, 1, 1.0)]
+    walks = [LatentWalk(1, 2, DIGITS, 3, 1.0), DigitWalk(1, 0, 3, 0.5, DIGITS),
+             LatentWalk(7, 1, (3,), 10, 1.5), DigitWalk(8, 9, 1, 1.0, (9, 2))]
     together = walk_latents(walks, StandardPrior())
     for walk, (z, labels, _) in zip(walks, together):
         [(alone_z, alone_labels, _)] = walk_latents([walk], StandardPrior())
@@ -98,7 +99,8 @@ def test_under_a_mixture_prior_walks_are_made_of_the_codes_sample_decodes(mixtur
     for row in range(2):
         assert np.array_equal(walk.z[4 * row], codes[row])
         assert np.array_equal(walk.z[4 * row + 3], far[row])
-    [kept] = walk_latents([DigitWalk(3, 4, 2, 1.0)], mixture_sampler)
+    [kept] = walk_latents([DigitWalk(3, 4, 2, 1.0, mixture_sampler.classes)],
+                          mixture_sampler)
     draws, draw_labels = request_latents(3, (4,), 2, latent_dim=LATENT, temperature=1.0)
     codes = mixture_sampler.to_codes(draws, draw_labels)
     assert np.array_equal(kept.z[4::10], codes)  # the digit's own column: its code as it is

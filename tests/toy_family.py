@@ -1,44 +1,59 @@
-"""A model family that exists only in the tests: one latent, one dense layer each way.
+"""A model family that exists only in the tests: one latent, a hidden layer each way, and two
+options of its own (`toy_latent`, `toy_hidden`).
 
 It proves that a family is one module plus its registry entry: `tests/test_model_family.py`
-registers it as "toy" and runs it through training, resume, the service, `cvae eval` and
-`cvae export` without any of them knowing it. It has no closed-form KL (its terms are all
-sampled), so it also exercises the objectives' sampled-KL path.
+registers it as "toy" and runs it through the flags, `--print-config`, a TOML file, training,
+resume, the run record, the service, `cvae eval` and `cvae export` (its card) without any of
+them knowing it. It has no closed-form KL (its terms are all sampled), so it also exercises the
+objectives' sampled-KL path.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax.numpy as jnp
 
+from cvae.config.settings import setting
 from cvae.model import densities
 from cvae.model.interface import Family, Terms, sampled_terms
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    toy_latent: int = setting(3, "The toy family's latent width.", low=1)
+    toy_hidden: int = setting(8, "The toy family's hidden width, each way.", low=1)
+
+
 class Toy(Family):
-    EXPORT_MODULES = {"sample": ("out",), "encode": ("into", "out"), "classify": ("classifier",)}
-    PARAM_GROUPS = {"encoder": ("into",), "decoder": ("out",)}
+    """A test-only family: one latent, one hidden layer each way."""
+
+    Options = Options
+    EXPORT_MODULES = {"sample": ("hidden_out", "out"),
+                      "encode": ("hidden_in", "into", "hidden_out", "out"),
+                      "classify": ("classifier",)}
+    PARAM_GROUPS = {"encoder": ("hidden_in", "into"), "decoder": ("hidden_out", "out")}
 
     def setup(self):
-        self.into = nn.Dense(2 * self.config.latent_dim)
+        options = self.config.model.options
+        self.hidden_in = nn.Dense(options.toy_hidden)
+        self.into = nn.Dense(2 * options.toy_latent)
+        self.hidden_out = nn.Dense(options.toy_hidden)
         self.out = nn.Dense(self.data.pixels)
-        self.setup_prior(self.config.latent_dim)
+        self.setup_prior(options.toy_latent)
 
-    @property
-    def noise_dim(self) -> int:
-        return self.config.latent_dim
-
-    @property
-    def code_dim(self) -> int:
-        return self.config.latent_dim
+    @staticmethod
+    def widths(options: Options) -> tuple[int, int]:
+        return options.toy_latent, options.toy_latent
 
     def encode(self, images, labels, *, train: bool = False):
-        mean, raw = jnp.split(self.into(jnp.concatenate([images, self.onehot(labels)], -1)), 2,
-                              axis=-1)
+        h = nn.relu(self.hidden_in(jnp.concatenate([images, self.onehot(labels)], -1)))
+        mean, raw = jnp.split(self.into(h), 2, axis=-1)
         return mean, 4.0 * jnp.tanh(raw / 4.0)
 
     def decode_onehot(self, codes, onehot, *, train: bool = False):
-        return self.out(jnp.concatenate([codes, onehot], axis=-1))
+        return self.out(nn.relu(self.hidden_out(jnp.concatenate([codes, onehot], axis=-1))))
 
     def generate(self, noise, labels, sample_fn=None):
         codes = (self.draw_codes(noise, labels) if sample_fn is None
@@ -59,23 +74,12 @@ class Toy(Family):
         mean, logvar = self.encode(images, labels)
         logits = self.decode(z, jnp.broadcast_to(labels, z.shape[:-1]))
         log_px = -densities.reconstruction(logits, jnp.broadcast_to(images, logits.shape),
-                                           self.config.likelihood)
+                                           self.config.likelihood.name)
         return sampled_terms(log_px, self.log_prior(z, labels, sampling=sampling_prior),
                              densities.gaussian_log_density(z, mean, logvar))
 
     def reconstruct(self, images, labels):
         mean, logvar = self.encode(images, labels)
         neg_elbo = densities.reconstruction(self.decode(mean, labels), images,
-                                            self.config.likelihood)
+                                            self.config.likelihood.name)
         return mean, logvar, neg_elbo + densities.kl_per_dimension(mean, logvar).sum(-1)
-
-
-def noise_dim(config) -> int:
-    return config.latent_dim
-
-
-def code_dim(config) -> int:
-    return config.latent_dim
-
-
-Model = Toy

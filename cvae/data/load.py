@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cvae.config import CHOICES
+from cvae.config.sections import DataSection
+from cvae.config.settings import choices, hints
 from cvae.errors import DataError
 from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
@@ -42,10 +43,11 @@ class Dataset:
 
 
 def check_choice(field: str, value: str) -> None:
-    """ValueError unless `value` is one of config field `field`'s choices ("dataset", ...)."""
-    if value not in CHOICES[field]:
-        raise ValueError(f"unknown {field.replace('_', ' ')} {value!r}; "
-                         f"allowed: {', '.join(CHOICES[field])}")
+    """ValueError unless `value` is one of the data section's `field`'s choices ("source")."""
+    allowed = choices(hints(DataSection)[field])
+    if value not in allowed:
+        raise ValueError(f"unknown data {field.replace('_', ' ')} {value!r}; "
+                         f"allowed: {', '.join(allowed)}")
 
 
 def raw_dir_of(data_dir: str | os.PathLike, name: str) -> Path:
@@ -131,7 +133,7 @@ def load_dataset(
     empty, and the files need not exist.
     """
     spec = spec_of(name)
-    check_choice("data_source", source)
+    check_choice("source", source)
     if spec.source is None:  # one's own, from `cvae data --from`
         if source != "idx":
             raise DataError(f"dataset {name!r} is read from its prepared files: "

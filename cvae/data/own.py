@@ -38,7 +38,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from cvae.data import prepared, specs
-from cvae.data.command import DEFAULT_TEST_FRACTION
+from cvae.data.specs import DEFAULT_TEST_FRACTION
 from cvae.data.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS
 from cvae.data.memory import check_fits
 from cvae.data.prepare import Log

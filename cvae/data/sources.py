@@ -31,6 +31,7 @@ from cvae.data.idx import (IDX_FILES, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TR
                            find_idx_files, read_idx)
 from cvae.data.memory import check_fits
 from cvae.errors import DataError
+from cvae.limits import MAX_CLASSES
 
 # Pillow modes that hold grey levels only; any other mode (RGB, RGBA, P, CMYK, ...) is colour.
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
@@ -280,10 +281,13 @@ def _idx_source(folder: Path) -> Source:
 
 
 def check_classes(source: Source) -> None:
-    """DataError unless the source has two or more classes, each with a training image."""
+    """DataError unless the source has 2 to `MAX_CLASSES` classes, each with a training image."""
     if len(source.class_names) < 2:
         raise DataError(f"{source.path}: {len(source.class_names)} class(es) found: a "
                         f"class-conditioned model needs two or more")
+    if len(source.class_names) > MAX_CLASSES:
+        raise DataError(f"{source.path}: {len(source.class_names)} classes found: a model takes "
+                        f"at most {MAX_CLASSES:,}")
     train = source.labels if source.test is None else source.labels[~source.test]
     counts = collections.Counter(train.tolist())
     empty = [name for label, name in enumerate(source.class_names) if not counts[label]]

@@ -5,8 +5,8 @@ Everything that depends on the data (the config's choices, loading and preparati
 model's shapes, the sampler, the service, the export and the model card) reads a
 `DatasetSpec` from `spec_of(name)`; no module keeps an image size or a class count of its own.
 
-This module is declarations with no imports from the project but `cvae.errors`, so
-`cvae.config` can read the registry without pulling in NumPy or JAX: tests/import_graph.py
+This module is declarations with no imports from the project but `cvae.errors`, so the
+command line can read the registry without pulling in NumPy or JAX: tests/import_graph.py
 places it below every stage, beside the config. How a source kind is turned into IDX files is
 code, and lives in `cvae.data.prepare` (`PREPARERS`, keyed by `OfflineSource.kind`), so the
 registry names the way each dataset is prepared without importing it.
@@ -24,7 +24,7 @@ import dataclasses
 import json
 from typing import Any
 
-from cvae.errors import DataError
+from cvae.errors import ConfigError, DataError
 
 DIGITS = tuple(str(d) for d in range(10))
 FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
@@ -138,6 +138,10 @@ def register(spec: DatasetSpec) -> DatasetSpec:
     return spec
 
 
+# The share of one's own images `cvae data --from` keeps aside as the test set, by default.
+DEFAULT_TEST_FRACTION = 0.2
+
+
 def known_names() -> tuple[str, ...]:
     """The built-in datasets, then those registered in this process."""
     return (*SPECS, *_REGISTERED)
@@ -162,3 +166,15 @@ def largest_label() -> int:
     """The largest label of any built-in dataset: what a flag or a query parameter accepts
     before it knows which model it reads (each then checks the model's own class count)."""
     return max(spec.num_classes for spec in SPECS.values()) - 1
+
+
+def check_config(config) -> None:
+    """ConfigError unless the config's dataset is built in or registered, and its labelled
+    count (`--labels N`) is a multiple of that dataset's classes."""
+    if config.data.dataset not in known_names():
+        raise ConfigError(f"dataset={not_prepared(config.data.dataset)}")
+    classes = spec_of(config.data.dataset).num_classes
+    count = config.labels.labelled_count
+    if count is not None and count % classes:
+        raise ConfigError(f"labels={count}: must be all, or a positive multiple of {classes} "
+                          f"(the same number of each of the {classes} classes)")

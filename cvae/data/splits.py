@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from cvae.config import Config, ConfigError
+from cvae.config.sections import Config, ConfigError
 
 # Datasets whose training file ends with the source's own validation set.
 SOURCE_VALIDATION_LAST = ("mnist",)
@@ -78,20 +78,21 @@ def seeded_choice(indices: np.ndarray, count: int, *, seed: int, salt: int = 0) 
 
 def training_size(num_examples: int, config: Config) -> int:
     """How many of a training file's `num_examples` the model trains on."""
-    trained = num_examples - config.validation_size
-    return min(trained, config.train_limit) if config.train_limit else trained
+    trained = num_examples - config.data.validation_size
+    return min(trained, config.data.train_limit) if config.data.train_limit else trained
 
 
 def split_training_set(images: np.ndarray, labels: np.ndarray,
                        config: Config) -> TrainValidation:
-    """Split the training file's examples; `config.train_limit` then cuts the training part."""
-    held_out = validation_indices(len(images), config.validation_size, dataset=config.dataset,
-                                  seed=config.seed)
+    """Split the training file's examples; `config.data.train_limit` then cuts the training part."""
+    held_out = validation_indices(len(images), config.data.validation_size,
+                                  dataset=config.data.dataset,
+                                  seed=config.run.seed)
     keep = np.ones(len(images), bool)
     keep[held_out] = False
     train = np.flatnonzero(keep)
-    if config.train_limit:
-        train = train[:config.train_limit]
+    if config.data.train_limit:
+        train = train[:config.data.train_limit]
     return TrainValidation(images[train], labels[train], images[held_out], labels[held_out],
                            train)
 

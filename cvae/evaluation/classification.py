@@ -17,6 +17,7 @@ from cvae.evaluation import iwae
 from cvae.data.specs import DatasetSpec
 from cvae.model.registry import create_model
 from cvae.sampling.sampler import create_sampler
+from cvae.data.specs import spec_of
 
 
 def classifier_error(sampler, images_u8: np.ndarray, labels: np.ndarray) -> dict:
@@ -42,7 +43,7 @@ def generative_error(model, variables, *, spec: DatasetSpec, images_u8: np.ndarr
         rows = images_u8[start:start + batch_size].reshape(-1, spec.pixels)
         pad = batch_size - len(rows)
         x = iwae.scored_inputs(jax.random.fold_in(binarize_key, i),
-                               np.pad(rows, ((0, pad), (0, 0))), model.config.likelihood)
+                               np.pad(rows, ((0, pad), (0, 0))), model.config.likelihood.name)
         batch_key = jax.random.fold_in(sample_key, i)
         scores = np.stack([np.asarray(bound(variables, x, jnp.full((batch_size,), y, jnp.int32),
                                             batch_key)) for y in range(spec.num_classes)],
@@ -61,10 +62,10 @@ def classification_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray
         return {}
     variables = checkpoint.variables
     sampler = create_sampler(model, config, variables, step=checkpoint.step, block_rows=500)
-    result = {"labels": config.labelled_count, "q_y_given_x": classifier_error(
+    result = {"labels": config.labels.labelled_count, "q_y_given_x": classifier_error(
         sampler, images_u8, labels)}
-    if config.likelihood in iwae.BOUNDED_LIKELIHOODS and num_samples > 0:
-        result["generative"] = generative_error(model, variables, spec=config.spec,
+    if config.likelihood.component.bounded and num_samples > 0:
+        result["generative"] = generative_error(model, variables, spec=spec_of(config.data.dataset),
                                                 images_u8=images_u8, labels=labels,
                                                 key=jax.random.key(seed), num_samples=num_samples)
     return {"classification": result}

@@ -10,8 +10,8 @@ K = 1 is the single-sample ELBO; the bound tightens in expectation as K grows. T
 are each model's own (`cvae.model.objectives.sampling_log_weights_fn`: the family's terms over
 all its latent layers, with the prior its samples are drawn from, so the likelihood reported is
 that of the model that draws the samples). The likelihood is the model's config's; nothing here
-chooses it. Only the Bernoulli and the logistic are densities of the data (`BOUNDED_LIKELIHOODS`);
-the Gaussian's summed squared error is not, so it has no bound.
+chooses it. Only a likelihood that is a density of the data has a bound (its class's `bounded`: the
+Bernoulli and the logistic); the Gaussian's summed squared error is not one.
 
 Sample k's noise is `normal(fold_in(key, k), [B, D])` (D the model's noise width: the latent, or
 every ladder layer), a function of k alone, so a run cut into chunks of K sees exactly the
@@ -36,9 +36,6 @@ import numpy as np
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize, scores_levels
 from cvae.model.objectives import sampling_log_weights_fn
-
-BOUNDED_LIKELIHOODS = ("bernoulli", "logistic")
-
 
 def sample_noise(key: jax.Array, index: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """The standard-normal noise of importance sample `index`: depends on (key, index) only."""
@@ -153,7 +150,7 @@ def test_set_bounds(model, variables: dict, *, images_u8: np.ndarray, labels: np
         pad = batch_size - (rows.stop - rows.start)
         rows_u8 = images_u8[rows].reshape(-1, model.data.pixels)
         x = scored_inputs(jax.random.fold_in(binarize_key, i),
-                          np.pad(rows_u8, ((0, pad), (0, 0))), model.config.likelihood)
+                          np.pad(rows_u8, ((0, pad), (0, 0))), model.config.likelihood.name)
         y = jnp.asarray(np.pad(labels[rows], (0, pad)), jnp.int32)
         batch_key = jax.random.fold_in(sample_key, i)
         conditional.append(np.asarray(cond_fn(variables, x, y, batch_key))[:batch_size - pad])

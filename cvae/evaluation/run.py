@@ -26,13 +26,14 @@ Figures (all on the test set; every one lands in the JSON, the main ones in a ta
   classifier q(y|x), and of the generative classifier argmax_y p(x|y) (IWAE, --iwae-k-marginal
   samples for every label; 0 = skip).
 
-Cost on 2 CPU cores (10000 test examples): the bounds decode K + 9 * K_marginal latents per
-example; K=5000, K_marginal=10 took 389 s for the likelihood preset's 512-512 model on a 2-core
-AMD EPYC (AVX-512) with nothing else running. The other labels carry little of p(x) (-log p(x)
-came out 2.18 nats above -log p(x|y) for the default model and 2.22 for that one, against
-log 10 = 2.30 if they carried nothing), so a small K_marginal suffices;
-raise it with --iwae-k-marginal when time allows. For ranking, --iwae-limit N scores the
-bounds on the first N test digits only (K=500 on 2,000 digits is about 50 times cheaper).
+Cost on 2 CPU cores (10000 test examples): the bounds decode K + (C - 1) * K_marginal latents
+per example for C classes (MNIST: 10); K=5000, K_marginal=10 took 389 s for the likelihood
+preset's 512-512 model on a 2-core AMD EPYC (AVX-512) with nothing else running. The other
+labels carry little of p(x) (-log p(x) came out 2.18 nats above -log p(x|y) for the default
+MNIST model and 2.22 for that one, against log 10 = 2.30 if they carried nothing), so a small
+K_marginal suffices; raise it with --iwae-k-marginal when time allows. For ranking,
+--iwae-limit N scores the bounds on the first N test digits only (K=500 on 2,000 digits is about
+50 times cheaper).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from cvae.model.store import StepChoice, load_trained_model, read_record
 from cvae.sampling.sampler import create_sampler
 from cvae.training.step import run_key
 from cvae.training.validation import ACTIVE_UNIT_NATS, create_eval_step, evaluate
+from cvae.data.specs import spec_of
 
 # The default's samples must score at most this FD ratio against the baseline preset's (`--preset
 # seed`), both scored in the same `cvae eval` run: a model that learnt the data, not one that
@@ -76,7 +78,7 @@ class EvalCheckError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class EvalOptions:
     iwae_k: int = 1000  # importance samples for -log p(x|y); 0 = skip the IWAE bounds
-    iwae_k_marginal: int = 10  # samples for each of the 9 other labels in -log p(x); 0 = skip
+    iwae_k_marginal: int = 10  # samples for each other label in -log p(x); 0 = skip
     iwae_chunk: int = 100  # samples evaluated at once (bounds memory, not the result)
     test_limit: int = 0  # 0 = whole test set, N = the first N test examples
     iwae_limit: int = 0  # the IWAE bounds on the first N of those only (0 = all): cheap ranking
@@ -96,17 +98,18 @@ def elbo_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray) -> dict[
     eval_step = create_eval_step(create_model(config), config)
     figures = evaluate(eval_step, checkpoint.variables,
                        images=jnp.asarray(images_u8.reshape(len(labels), -1)),
-                       labels=jnp.asarray(labels, jnp.int32), key=run_key(config.seed),
-                       batch_size=min(config.eval_batch_size, len(labels)), config=config)
-    return {**figures, "bits_per_dim": bits_per_dim(figures["neg_elbo"], config.spec.pixels)}
+                       labels=jnp.asarray(labels, jnp.int32), key=run_key(config.run.seed),
+                       batch_size=min(config.run.eval_batch_size, len(labels)), config=config)
+    return {**figures,
+            "bits_per_dim": bits_per_dim(figures["neg_elbo"], spec_of(config.data.dataset).pixels)}
 
 
 def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
                  *, options: EvalOptions) -> dict:
     config = checkpoint.config
-    if config.likelihood not in iwae.BOUNDED_LIKELIHOODS or options.iwae_k == 0:
-        why = (f"IWAE NLL is defined for the {' and '.join(iwae.BOUNDED_LIKELIHOODS)} "
-               f"likelihoods only" if options.iwae_k else "--iwae-k 0")
+    if not config.likelihood.component.bounded or options.iwae_k == 0:
+        why = (f"IWAE NLL is defined only for a likelihood that is a density of the data, "
+               f"not {config.likelihood.name}" if options.iwae_k else "--iwae-k 0")
         return {"iwae": None, "iwae_note": why}
     start = time.perf_counter()
     if options.iwae_limit:
@@ -117,11 +120,11 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
         marginal_samples=options.iwae_k_marginal, chunk=options.iwae_chunk)
     result = {"k": options.iwae_k, "k_marginal_other_labels": options.iwae_k_marginal,
               "examples": int(len(labels)),
-              "binarization": ("none: the 8-bit levels" if scores_levels(config.likelihood)
+              "binarization": ("none: the 8-bit levels" if scores_levels(config.likelihood.name)
                                else f"dynamic, seed {options.seed}"),
               "nll_conditional": float(-bounds["log_px_given_y"].mean())}
     if "log_px" in bounds:
-        # Bayes' rule reads the ten labels' bounds of equal K (no label favoured); a model
+        # Bayes' rule reads every label's bound of equal K (no label favoured); a model
         # trained with every label answers /classify this way (few-label models keep q(y|x)).
         result["bayes_rule"] = {**iwae.bayes_rule_error(bounds["label_bounds"], labels),
                                 "k": options.iwae_k_marginal}
@@ -129,12 +132,12 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
                                     bounds["log_px"])
         result["nll_marginal"] = float(-bounds["log_px"].mean())
         result["bits_per_dim_marginal"] = bits_per_dim(result["nll_marginal"],
-                                                       config.spec.pixels)
+                                                       spec_of(config.data.dataset).pixels)
         result["marginal_check"] = check
         if not check["ok"]:
             raise EvalCheckError(f"marginal -log p(x) violates its bounds: {check}")
     result["bits_per_dim_conditional"] = bits_per_dim(result["nll_conditional"],
-                                                      config.spec.pixels)
+                                                      spec_of(config.data.dataset).pixels)
     result["seconds"] = time.perf_counter() - start
     return {"iwae": result}
 
@@ -212,7 +215,8 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
     limit = options.test_limit or len(data.test_labels)
     images_u8, labels = data.test_images[:limit], np.asarray(data.test_labels[:limit])
     config = checkpoint.config
-    results = {"step": checkpoint.step, "config": config.to_dict(), "likelihood": config.likelihood,
+    results = {"step": checkpoint.step, "config": config.to_dict(),
+               "likelihood": config.likelihood.name,
                "latent_dim": noise_dim(config), "test_examples": int(limit),
                "elbo": elbo_metrics(checkpoint, images_u8, labels)}
     results.update(iwae_metrics(checkpoint, images_u8, labels, options=options))
@@ -225,7 +229,7 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
         results["fidelity"] = fidelity_metrics(checkpoint, images_u8, labels, options=options,
                                                classifier=classifier, baseline=baseline,
                                                sampler=sampler)
-        swap_omitted = label_swap.omitted_because(config.spec)
+        swap_omitted = label_swap.omitted_because(spec_of(config.data.dataset))
         if swap_omitted:
             results["label_swap_note"] = swap_omitted
         else:
@@ -337,7 +341,7 @@ def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOpti
                           "--no-fidelity")
     checkpoint = rendered_at(load_trained_model(checkpoint_dir, step), options.pixel_sharpness,
                              options.truncation)
-    data = load_dataset(data_dir, checkpoint.config.dataset, checkpoint.config.data_source)
+    data = load_dataset(data_dir, checkpoint.config.data.dataset, checkpoint.config.data.source)
     classifier_dir = options.classifier_dir or str(Path(data_dir) / "classifier")
     baseline = load_trained_model(baseline_dir) if baseline_dir else None
     results = evaluate_checkpoint(checkpoint, data, options, classifier_dir=classifier_dir,

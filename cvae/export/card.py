@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from cvae import config as config_lib
-from cvae import presets
+from cvae.config.sections import as_flags
+from cvae.config import presets
 from cvae.export.config_file import config_json
-from cvae.model.registry import noise_dim
+from cvae.model.registry import code_dim, noise_dim
+from cvae.data.specs import spec_of
 
 # Where a built-in dataset's images came from, for the card's limitations.
 PROVENANCE = {"mnist": "The training digits were written by US census employees and "
@@ -59,7 +60,7 @@ def eval_metrics(results: dict) -> list[tuple[str, str, float]]:
 def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> str:
     """The YAML header; its dataset is the spec's Hub id and title (`cvae.data.specs`), or the
     dataset's own name for one that is not on the Hub."""
-    spec = config.spec
+    spec = spec_of(config.data.dataset)
     dataset_id, dataset_name = spec.hub_id or spec.name, spec.title
     lines = ["---", "library_name: cvae", f"license: {LICENSE}", "tags:",
              *(f"- {tag}" for tag in TAGS), "datasets:", f"- {dataset_id}"]
@@ -77,10 +78,9 @@ def front_matter(name: str, config, metrics: list[tuple[str, str, float]]) -> st
 
 def train_command(config) -> str:
     """The `cvae train` command that makes this config from the default preset."""
-    default = presets.default()
-    changed = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
-               if getattr(config, field.name) != getattr(default, field.name)}
-    return " ".join(["cvae train", *config_lib.as_flags(changed)])
+    changed = {path: mine for path, (mine, _) in config.diff(presets.default()).items()
+               if mine is not None}
+    return " ".join(["cvae train", *as_flags(changed)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,12 +118,13 @@ def model_card(facts: CardFacts) -> str:
     config = facts.config
     metrics = eval_metrics(facts.eval_results) if facts.eval_results else []
     sections = [front_matter(facts.name, config, metrics),
-                f"# {facts.name}: a class-conditioned VAE for {config.spec.title} images\n",
+                f"# {facts.name}: a class-conditioned VAE for "
+                f"{spec_of(config.data.dataset).title} images\n",
                 "![one row per class, seed 0](samples.png)\n",
                 f"A conditional variational autoencoder (JAX + Flax) trained with "
                 f"cvae to step {facts.step}: give it one of its classes and "
                 f"noise, and it draws an image of that class in a style the noise picks. "
-                f"Its classes, by label: {_classes(config.spec)}. "
+                f"Its classes, by label: {_classes(spec_of(config.data.dataset))}. "
                 f"Exported by `cvae export`; docs/export.md in the cvae repository tells "
                 f"what each file is and what is guaranteed.\n",
                 _files(facts), _metrics(facts, metrics), _use_and_limits(facts),
@@ -164,10 +165,10 @@ def _metrics(facts: CardFacts, metrics) -> str:
 
 
 def _use_and_limits(facts: CardFacts) -> str:
-    spec = facts.config.spec
+    spec = spec_of(facts.config.data.dataset)
     kind = _image_kind(spec)
     classifier = ("It also reads images: `classify` is q(y|x), trained with "
-                  f"{facts.config.labels} labelled images. " if facts.has_classifier else "")
+                  f"{facts.config.labels.count} labelled images. " if facts.has_classifier else "")
     provenance = f" {PROVENANCE[spec.name]}" if spec.name in PROVENANCE else ""
     return (
         "## Intended use and limitations\n\n"
@@ -225,8 +226,8 @@ def _verification(facts: CardFacts) -> str:
         f"- StableHLO: the deserialized functions gave the JAX sampler's bits ({stablehlo}; "
         f"the sampler's block shapes, on the exporting CPU: {report['cpu']}).",
         f"- ONNX Runtime (CPU): `sample` on {onnx['rows']:,} noise vectors "
-        f"({onnx['rows'] // facts.config.spec.num_classes:,} per class): largest pixel "
-        f"difference "
+        f"({onnx['rows'] // spec_of(facts.config.data.dataset).num_classes:,} per class): "
+        f"largest pixel difference "
         f"{onnx['sample_max_abs']:.2g} (tolerance 1e-5), largest uint8 difference "
         f"{onnx['sample_max_uint8']} (tolerance 1); `encode`"
         + (" and `classify`" if "classify_max_relative" in onnx else "")
@@ -238,11 +239,10 @@ def _verification(facts: CardFacts) -> str:
 
 def _snippets(facts: CardFacts) -> str:
     latent = noise_dim(facts.config)
-    layers = facts.config.stochastic_layers
-    ladder = (f" (all {layers} layers of the ladder, the top layer's first)" if layers > 1
-              else "")
-    sharpness = f"{facts.config.pixel_sharpness:g}"
-    spec = facts.config.spec
+    wider = (f" (every latent layer's, the top layer's first: wider than the {code} values "
+              f"of a code)" if (code := code_dim(facts.config)) != latent else "")
+    sharpness = f"{facts.config.drawing.pixel_sharpness:g}"
+    spec = spec_of(facts.config.data.dataset)
     shape = ", ".join(map(str, spec.stored_shape))
     example = min(EXAMPLE_CLASS, spec.num_classes - 1)
     name = json.dumps(spec.class_names[example])
@@ -266,7 +266,7 @@ with open("class-{example}.png", "wb") as file:
 ```
 
 With only `onnxruntime` and `numpy`: `sample.onnx` maps noise ~ N(0, t^2 I) of
-{latent} dimensions{ladder} and a label to pixels in [0, 1], sigmoid({sharpness} x the decoder's
+{latent} dimensions{wider} and a label to pixels in [0, 1], sigmoid({sharpness} x the decoder's
 logits) (`pixel_sharpness` in `config.json`; 1 would be the decoder's plain means).
 
 ```python

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data import specs
 from cvae.errors import CheckpointError
+from cvae.data.specs import spec_of
 
 CONFIG = "config.json"
 # What config.json says of the data beside the config's own fields, so that a reader without
@@ -24,7 +25,7 @@ OWN_SPEC_KEY = "dataset_spec"
 def spec_facts(config: Config) -> dict:
     """`SPEC_KEYS` of the config's dataset: image shape [h, w, c], channels, class names (from
     `cvae.data.specs`); config.json and the manifest both carry them."""
-    spec = config.spec
+    spec = spec_of(config.data.dataset)
     return {"image_shape": list(spec.image_shape), "channels": spec.channels,
             "class_names": list(spec.class_names)}
 
@@ -33,8 +34,8 @@ def config_json(config: Config) -> str:
     """config.json: the run's config, then its dataset's `spec_facts`, and a dataset of one's
     own's whole spec."""
     facts = spec_facts(config)
-    if config.spec.source is None:
-        facts[OWN_SPEC_KEY] = config.spec.to_dict()
+    if spec_of(config.data.dataset).source is None:
+        facts[OWN_SPEC_KEY] = spec_of(config.data.dataset).to_dict()
     return json.dumps({**config.to_dict(), **facts}, indent=2, sort_keys=True)
 
 
@@ -51,5 +52,5 @@ def read_config(text: str, where: str) -> Config:
     wrong = [key for key, value in facts.items() if value != expected[key]]
     if wrong:
         found = "; ".join(f"{key} {facts[key]}, expected {expected[key]}" for key in wrong)
-        raise CheckpointError(f"{where}: not dataset {config.dataset!r}'s images ({found})")
+        raise CheckpointError(f"{where}: not dataset {config.data.dataset!r}'s images ({found})")
     return config

@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 
 from cvae.model import prior as prior_lib
-from cvae.model import registry
 from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model
+from cvae.data.specs import spec_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Portable:
 
 def signatures(sampler) -> dict[str, tuple]:
     """name -> (inputs, outputs) for the functions this model has."""
-    noise, pixels = sampler.noise_dim, sampler.config.spec.pixels
+    noise, pixels = sampler.noise_dim, spec_of(sampler.config.data.dataset).pixels
     found = {"sample": ((("noise", (noise,), "float32"), ("label", (), "int32")), ("images",)),
              "encode": ((("images", (pixels,), "float32"), ("label", (), "int32")),
                         ("mean", "logvar", "neg_elbo"))}
@@ -59,7 +59,7 @@ def used_variables(variables: dict, name: str, config) -> dict:
     """`variables` cut down to what function `name` reads: the top-level modules the family
     lists for it (`EXPORT_MODULES`; list modules count by their name less the index), and the
     prior collection for `sample` only. A file holds no weights it does not use."""
-    reads = registry.family_module(config.model).Model.EXPORT_MODULES[name]
+    reads = config.model.component.EXPORT_MODULES[name]
     kept = {collection: {module: tree for module, tree in modules.items()
                          if re.sub(r"_\d+$", "", module) in reads}
             for collection, modules in variables.items() if collection != prior_lib.COLLECTION}
@@ -88,8 +88,8 @@ def onnx_functions(sampler) -> list[Portable]:
 
     def sample(noise, labels):
         logits = model.apply(variables, noise, labels, onnx_prior_sample, method="generate")
-        return pixel_means(logits, config.pixel_sharpness, likelihood=config.likelihood
-                           ).reshape(-1, *config.spec.stored_shape)
+        return pixel_means(logits, config.drawing.pixel_sharpness, likelihood=config.likelihood.name
+                           ).reshape(-1, *spec_of(config.data.dataset).stored_shape)
 
     fns = {"sample": sample,
            "encode": lambda images, labels: sampler.encode_fn(variables, images, labels),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.errors import CheckpointError, StepNotFound
 from cvae.export.config_file import CONFIG, read_config
 from cvae.export.manifest import is_export, verify_folder

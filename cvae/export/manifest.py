@@ -77,3 +77,13 @@ def verify_folder(folder: str | Path, names: tuple[str, ...] | None = None) -> d
             raise CheckpointError(f"{path}: its sha256 does not match {MANIFEST} (the file "
                                   f"changed after export): export the model again")
     return manifest
+
+
+def step_folders(directory: str | Path) -> list[int]:
+    """The step numbers of a checkpoint directory's committed-or-not step folders, newest first
+    (Orbax names a step being written non-numerically); [] when there is no directory."""
+    try:
+        return sorted((int(p.name) for p in Path(directory).iterdir()
+                       if p.name.isdigit() and p.is_dir()), reverse=True)
+    except OSError:
+        return []

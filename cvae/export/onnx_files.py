@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from cvae.export.functions import Portable
+from cvae.data.specs import spec_of
 
 SUFFIX = ".onnx"
 OPSET = 21  # what ONNX Runtime 1.20+ (and onnxruntime-web) runs; jax2onnx's default is 23
@@ -90,7 +91,7 @@ def verify_onnx(folder: Path, sampler, *, noise: np.ndarray, labels: np.ndarray,
 
     ours = run_onnx(folder / "sample.onnx", {"noise": noise, "label": labels})[0]
     theirs = sampler.decode(noise, labels)
-    shape = sampler.config.spec.stored_shape
+    shape = spec_of(sampler.config.data.dataset).stored_shape
     report = {"rows": int(len(noise)),
               "sample_max_abs": float(np.max(np.abs(ours - theirs))),
               "sample_max_uint8": int(np.max(np.abs(_to_uint8(ours, shape).astype(int)

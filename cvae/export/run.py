@@ -19,7 +19,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from cvae.config import ABSENT_MEANS, DRAWING_FIELDS, flag
+from cvae.config.sections import Config, as_flags
+from cvae.errors import ConfigError
 from cvae.errors import CheckpointError, ExportError
 from cvae.export import card, onnx_files, stablehlo
 from cvae.export.functions import exact_functions, onnx_functions
@@ -30,6 +31,7 @@ from cvae.model.store import read_record
 from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import request_latents
 from cvae.training.record import cpu_name
+from cvae.data.specs import spec_of
 
 TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step still being written
 COMMITTED = "_CHECKPOINT_METADATA"  # what Orbax writes into every committed step
@@ -146,7 +148,7 @@ def verify(folder: Path, sampler) -> dict:
                if sampler.has_classifier else [])  # classify's blocks are checked on their own
     count = max(1000, *sizes, *reading)  # digits (the sampler's own) for encode and classify
     digits = _to_uint8(sampler.decode(noise[:count], labels[:count]),
-                       sampler.config.spec.stored_shape)
+                       spec_of(sampler.config.data.dataset).stored_shape)
     rows = {}
     for size in sorted({*sizes, *reading}):
         images = digits[:size].reshape(size, -1).astype(np.float32) / np.float32(255)
@@ -183,15 +185,19 @@ def eval_figures(checkpoint_dir: Path, step: int, *, config,
     scored = results.get("config")
     if scored is None:  # written before `cvae eval` recorded its config: the run's drawing
         scored = run_config.to_dict()
-    if not isinstance(scored, dict):
-        return None, f"{path} did not read (its config is not an object); run {command}, then " \
+    try:
+        drawn = Config.from_dict(scored).drawing_dict() if isinstance(scored, dict) else None
+    except ConfigError:
+        drawn = None
+    if drawn is None:
+        return None, f"{path} did not read (its config is not one); run {command}, then " \
                      f"export again"
-    drawn = {name: scored.get(name, ABSENT_MEANS.get(name)) for name in DRAWING_FIELDS}
-    if drawn != config.drawing():
-        # repr: the exact value, which `cvae eval` records as given (`:g` would round it)
-        flags = " ".join(f"{flag(name)} {value!r}" for name, value in config.drawing().items())
+    if drawn != config.drawing_dict():
+        # the exact values, which `cvae eval` records as given (`:g` would round them)
+        flags = " ".join(as_flags({f"drawing.{name}": value
+                                   for name, value in config.drawing_dict().items()}))
         return None, (f"{path} scored samples drawn with {_drawing_text(drawn)}, this export "
-                      f"draws with {_drawing_text(config.drawing())}; run `cvae eval "
+                      f"draws with {_drawing_text(config.drawing_dict())}; run `cvae eval "
                       f"--checkpoint-dir {checkpoint_dir} --json {path} {flags}`, then export "
                       f"again")
     return results, (f"From `cvae eval` ({path}) on {results.get('test_examples')} test "

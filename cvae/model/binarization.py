@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import jax
 
-from cvae.config import Config
+from cvae.config import components
+from cvae.config.sections import Config
 
 
 @jax.jit
@@ -22,12 +23,12 @@ def scores_levels(likelihood: str) -> bool:
     """Whether the bounds and the prior's fit read the images' 8-bit levels as they are (the
     discretised logistic, a density over those levels) rather than a binarised draw (the
     Bernoulli's binary data, and the Gaussian's figures, measured the same way)."""
-    return likelihood == "logistic"
+    return components.component("likelihood", likelihood).scores_levels
 
 
 def maybe_binarize(key: jax.Array, images: jax.Array, config: Config) -> jax.Array:
     """`binarize` when the run models binary pixels (Bernoulli likelihood, dynamic
     binarisation); otherwise the intensities as they are."""
-    if config.likelihood == "bernoulli" and config.binarization == "dynamic":
+    if config.likelihood.component.binarizes(config.likelihood.options):
         return binarize(key, images)
     return images

@@ -9,7 +9,8 @@ reaching to -inf and +inf, so the 256 masses sum to 1.
 
 The decoder's outputs per image are `outputs_per_value(likelihood)` times the image's values:
 one logit a value, or for the logistic the means f32[..., P] followed by the log-scales
-f32[..., P] (both in units of intensity, [0, 1] = levels 0..255).
+f32[..., P] (both in units of intensity, [0, 1] = levels 0..255). Which likelihood does what
+is its registered class's to say (`cvae.model.likelihoods`); the functions here take its name.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import optax
 
+from cvae.config import components
 from cvae.data.pixels import MAX_LEVEL
 
 LOG_2PI = math.log(2.0 * math.pi)
-LIKELIHOODS = ("bernoulli", "gaussian", "logistic")
 _HALF_BIN = 0.5 / MAX_LEVEL  # half a level's bin, in intensity units
 # The smallest log-scale the logistic takes (PixelCNN++'s -7 on its [-1, 1] scale): a scale far
 # below one bin would only sharpen a mass that is already 1.
@@ -57,18 +57,14 @@ def gaussian_kl(q: tuple, p: tuple) -> jax.Array:
 
 def outputs_per_value(likelihood: str) -> int:
     """Decoder outputs per image value: a logit, or the logistic's mean and log-scale."""
-    return 2 if likelihood == "logistic" else 1
+    return components.component("likelihood", likelihood).outputs_per_value
 
 
 def pixel_means(logits: jax.Array, sharpness: float = 1.0, *,
                 likelihood: str = "bernoulli") -> jax.Array:
-    """Decoder outputs f32[..., k * P] -> pixel intensities f32[..., P] in [0, 1]. Bernoulli and
-    Gaussian: the expected ones at sharpness 1, the Bernoulli decoder at temperature 1/s
-    otherwise (rendering only). Logistic: each value's mean, clipped to [0, 1] (the mode of its
-    256 levels but at the edges, and a draw's expectation; sharpness does not apply)."""
-    if likelihood == "logistic":
-        return jnp.clip(logistic_parameters(logits)[0], 0.0, 1.0)
-    return jax.nn.sigmoid(sharpness * logits)
+    """Decoder outputs f32[..., k * P] -> pixel intensities f32[..., P] in [0, 1], as the
+    likelihood renders them at `sharpness` (`cvae.model.likelihoods`)."""
+    return components.component("likelihood", likelihood).means(logits, sharpness)
 
 
 def logistic_parameters(outputs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -102,15 +98,8 @@ def discretized_logistic_log_mass(targets: jax.Array, means: jax.Array,
 def reconstruction(logits: jax.Array, targets: jax.Array, likelihood: str) -> jax.Array:
     """-log p(x | z, y) per example: decoder outputs f32[..., k * P] and targets f32[..., P]
     -> f32[...]. The logistic's is in nats of the 8-bit levels themselves."""
-    if likelihood == "bernoulli":
-        per_pixel = optax.sigmoid_binary_cross_entropy(logits, targets)
-    elif likelihood == "gaussian":
-        per_pixel = optax.l2_loss(pixel_means(logits), targets)
-    elif likelihood == "logistic":
-        per_pixel = -discretized_logistic_log_mass(targets, *logistic_parameters(logits))
-    else:
-        raise ValueError(f"likelihood={likelihood!r}: allowed {', '.join(LIKELIHOODS)}")
-    return per_pixel.sum(axis=-1)
+    per_value = components.component("likelihood", likelihood).negative_log_likelihood
+    return per_value(logits, targets).sum(axis=-1)
 
 
 def bits_per_dim(nats, values: int):

@@ -29,14 +29,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities, learned_prior
 from cvae.model import prior as prior_lib
 from cvae.model.layers import Classifier
-
-LEARNED_PRIORS = ("vamp", "learned_mixture")
-
 
 class Terms(NamedTuple):
     """Per-draw terms of one pass, f32[K, B] unless said otherwise.
@@ -71,6 +68,26 @@ class Family(nn.Module):
     EXPORT_MODULES: ClassVar[dict] = {}
     PARAM_GROUPS: ClassVar[dict] = {}
 
+    @staticmethod
+    def widths(options) -> tuple[int, int]:
+        """(the noise's width, a code's width) for these options, without building the model:
+        each family says its own."""
+        raise NotImplementedError
+
+    @staticmethod
+    def keeps_batch_stats(options) -> bool:
+        """Whether these options give the model BatchNorm statistics (a checkpoint keeps
+        them beside the weights)."""
+        return getattr(options, "batch_norm", False)
+
+    @property
+    def noise_dim(self) -> int:
+        return self.widths(self.config.model.options)[0]
+
+    @property
+    def code_dim(self) -> int:
+        return self.widths(self.config.model.options)[1]
+
     @property
     def num_classes(self) -> int:
         return self.data.num_classes
@@ -78,7 +95,7 @@ class Family(nn.Module):
     @property
     def has_classifier(self) -> bool:
         """Whether the model learns q(y|x): trained with few labels (`--labels N`)."""
-        return self.config.labelled_count is not None
+        return self.config.labels.labelled_count is not None
 
     def onehot(self, labels: jax.Array) -> jax.Array:
         return jax.nn.one_hot(labels, self.num_classes)
@@ -88,32 +105,32 @@ class Family(nn.Module):
 
     # -- the prior over codes, shared by every family --------------------------------------
 
-    def setup_prior(self, code_dim: int) -> None:
+    @property
+    def prior(self):
+        """The run's prior (`cvae.model.priors`)."""
+        return self.config.prior.component
+
+    def setup_prior(self, code_dim: int, *, logvar_bound: float = 8.0) -> None:
         """Declares the prior's variables on this module (call from `setup`): the "prior"
-        collection's mixture, where the run has one, and a learned prior's parameters."""
-        cfg = self.config
+        collection's mixture, where the run has one, and a learned prior's parameters (its
+        log-variances soft-clamped as the family clamps its own)."""
+        cfg, prior = self.config, self.prior
         where = (prior_lib.COLLECTION, prior_lib.VARIABLE)
-        components = cfg.pseudo_inputs if cfg.prior == "vamp" else cfg.prior_components
-        if cfg.prior != "standard" and (self.is_initializing() or self.has_variable(*where)):
+        if prior.draws_from_mixture and (self.is_initializing() or self.has_variable(*where)):
             self.mixture = self.variable(*where, prior_lib.standard_mixture, self.num_classes,
-                                         components, code_dim)
-        if cfg.prior == "vamp":
-            self.pseudo_inputs = learned_prior.PseudoInputs(
-                cfg.pseudo_inputs, self.data.pixels, self.num_classes)
-        elif cfg.prior == "learned_mixture":
-            self.learned = learned_prior.GaussianMixturePrior(
-                cfg.prior_components, code_dim, self.num_classes, logvar_bound=cfg.logvar_bound)
+                                         prior.components(cfg.prior.options), code_dim)
+        learned = prior.learned_module(cfg.prior.options, code_dim=code_dim,
+                                       pixels=self.data.pixels, num_classes=self.num_classes,
+                                       logvar_bound=logvar_bound)
+        if learned is not None:
+            setattr(self, prior.module_name, learned)
         if self.has_classifier:
             self.classifier = Classifier(cfg, self.data)
 
     def prior_mixture(self):
         """A learned prior as a diagonal mixture (log_weights f32[C, K], means, logvars
         f32[C, K, L]) at the current parameters; None for the other priors."""
-        if self.config.prior == "vamp":
-            return learned_prior.vamp_components(self.encode, self.pseudo_inputs())
-        if self.config.prior == "learned_mixture":
-            return self.learned()
-        return None
+        return self.prior.learned_mixture(self)
 
     def log_prior(self, z: jax.Array, labels: jax.Array, *, sampling: bool) -> jax.Array:
         """log p(z_code | y): z f32[..., B, L], labels i32[B] -> f32[..., B].
@@ -123,9 +140,9 @@ class Family(nn.Module):
         (the "prior" collection's mixture where the model has one), which `cvae eval`'s
         bounds and Bayes' rule score under.
         """
-        if sampling and self.config.prior != "standard" and hasattr(self, "mixture"):
+        if sampling and self.prior.draws_from_mixture and hasattr(self, "mixture"):
             return prior_lib.log_density_batched(self.mixture.value, z, labels)
-        if self.config.prior in LEARNED_PRIORS:
+        if self.prior.learned:
             return learned_prior.diagonal_log_density(self.prior_mixture(), z, labels)
         return densities.standard_log_density(z)
 
@@ -133,9 +150,9 @@ class Family(nn.Module):
                    sample_fn: Callable = prior_lib.sample) -> jax.Array:
         """Codes f32[B, L] from the code's share of the noise f32[B, L], through the prior
         samples come from and the config's truncation."""
-        mixture = None if self.config.prior == "standard" else self.mixture.value
-        return prior_lib.draw(noise, labels, mixture=mixture, truncation=self.config.truncation,
-                              sample_fn=sample_fn)
+        mixture = self.mixture.value if self.prior.draws_from_mixture else None
+        return prior_lib.draw(noise, labels, mixture=mixture,
+                              truncation=self.config.drawing.truncation, sample_fn=sample_fn)
 
     def classify(self, images: jax.Array, *, train: bool = False) -> jax.Array:
         """Logits of q(y | x), f32[B, classes]; only for a model trained with `--labels N`."""

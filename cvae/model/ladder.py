@@ -19,18 +19,35 @@ code with every layer below at its top-down mean.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config import Config
+from cvae.config.sections import Config
+from cvae.config.settings import setting
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities
-from cvae.model.interface import LEARNED_PRIORS, Family, Terms
+from cvae.model.interface import Family, Terms
 from cvae.model.layers import (ACTIVATION_FNS, after_dense, check_conv_shape, image_features,
                                output_width, pixel_logits, soft_clamp)
+from cvae.model.one_latent import Options as OneLatentOptions
+
+MAX_STOCHASTIC_LAYERS = 5  # the ladder VAE's depth on MNIST in Sonderby et al. 2016
+
+
+@dataclasses.dataclass(frozen=True)
+class Options(OneLatentOptions):
+    """The one-latent family's options, and the ladder's layers above the bottom one (whose
+    width is `latent_dim`)."""
+
+    stochastic_layers: int = setting(
+        2, "Latent layers of the ladder, --latent-dim the lowest.", low=2,
+        high=MAX_STOCHASTIC_LAYERS)
+    upper_latent_dim: int = setting(8, "Dimensions of each ladder layer above the bottom one.",
+                                    low=1)
 
 
 class LayerTerms(NamedTuple):
@@ -54,17 +71,9 @@ def combine(bottom_up: tuple, top_down: tuple) -> tuple[jax.Array, jax.Array]:
     return mean, logvar
 
 
-def layer_dims(config: Config) -> tuple[int, ...]:
+def layer_dims(options: Options) -> tuple[int, ...]:
     """The stochastic layers' widths, bottom first: `latent_dim`, then `upper_latent_dim`."""
-    return (config.latent_dim,) + (config.upper_latent_dim,) * (config.stochastic_layers - 1)
-
-
-def noise_dim(config: Config) -> int:
-    return sum(layer_dims(config))
-
-
-def code_dim(config: Config) -> int:
-    return layer_dims(config)[-1]
+    return (options.latent_dim,) + (options.upper_latent_dim,) * (options.stochastic_layers - 1)
 
 
 def _with_label(h: jax.Array, onehot: jax.Array) -> jax.Array:
@@ -128,7 +137,9 @@ _DOWN = ("top_down_nets", "top_down_heads", "decoder_layers", "decoder_blocks", 
 
 
 class Ladder(Family):
-    """The ladder VAE; `layer_dims(config)` bottom layer first, e.g. (16, 8)."""
+    """The ladder VAE; `layer_dims(options)` bottom layer first, e.g. (16, 8)."""
+
+    Options = Options
 
     EXPORT_MODULES = {"sample": _DOWN,
                       "encode": ("bottom", "upper", "bottom_up_heads", *_DOWN),
@@ -137,32 +148,30 @@ class Ladder(Family):
 
     def setup(self):
         cfg, dims = self.config, self.latent_dims
-        if cfg.architecture == "conv":
+        if cfg.model.options.architecture == "conv":
             check_conv_shape(self.data)
-        n, upper = len(dims), cfg.hidden_sizes[-1]
-        self.bottom = _MLP(cfg.hidden_sizes, cfg, self.data)
+        n, upper = len(dims), cfg.model.options.hidden_sizes[-1]
+        self.bottom = _MLP(cfg.model.options.hidden_sizes, cfg, self.data)
         self.upper = [_MLP((upper,), cfg) for _ in range(n - 1)]
-        self.bottom_up_heads = [_Gaussian(d, cfg.logvar_bound) for d in dims]
+        self.bottom_up_heads = [_Gaussian(d, cfg.model.options.logvar_bound) for d in dims]
         self.top_down_nets = [_MLP((upper,), cfg) for _ in range(n - 1)]
-        self.top_down_heads = [_Gaussian(d, cfg.logvar_bound) for d in dims[:-1]]
-        self.decoder_layers = [nn.Dense(w) for w in reversed(cfg.hidden_sizes)]
-        if cfg.batch_norm or cfg.dropout_rate > 0:
-            self.decoder_blocks = [_Post(cfg) for _ in cfg.hidden_sizes]
-        self.pixels = (_PixelHead(cfg, self.data) if cfg.architecture == "conv"
+        self.top_down_heads = [_Gaussian(d, cfg.model.options.logvar_bound) for d in dims[:-1]]
+        self.decoder_layers = [nn.Dense(w) for w in reversed(cfg.model.options.hidden_sizes)]
+        if cfg.model.options.batch_norm or cfg.model.options.dropout_rate > 0:
+            self.decoder_blocks = [_Post(cfg) for _ in cfg.model.options.hidden_sizes]
+        self.pixels = (_PixelHead(cfg, self.data) if cfg.model.options.architecture == "conv"
                        else nn.Dense(output_width(cfg, self.data)))
-        self.setup_prior(dims[-1])
+        self.setup_prior(dims[-1], logvar_bound=cfg.model.options.logvar_bound)
 
     @property
     def latent_dims(self) -> tuple[int, ...]:
-        return layer_dims(self.config)
+        return layer_dims(self.config.model.options)
 
-    @property
-    def noise_dim(self) -> int:
-        return sum(self.latent_dims)
-
-    @property
-    def code_dim(self) -> int:
-        return self.latent_dims[-1]
+    @staticmethod
+    def widths(options: Options) -> tuple[int, int]:
+        """(noise width: every layer's, code width: the top layer's), without building it."""
+        dims = layer_dims(options)
+        return sum(dims), dims[-1]
 
     def split(self, vector: jax.Array) -> list[jax.Array]:
         """[..., noise_dim] (top layer first) -> one array per layer, bottom layer first."""
@@ -215,12 +224,12 @@ class Ladder(Family):
 
     def _decode_all(self, z, onehot, *, train: bool = False) -> jax.Array:
         """Every layer's z f32[..., B, noise_dim] -> pixel logits f32[..., B, P]."""
-        every = self.config.label_conditioning == "every"
+        every = self.config.model.options.label_conditioning == "every"
         h = _with_label(z, onehot)
         for i, dense in enumerate(self.decoder_layers):
             h = dense(_with_label(h, onehot) if (i and every) else h)
             h = (self.decoder_blocks[i](h, train=train) if hasattr(self, "decoder_blocks")
-                 else ACTIVATION_FNS[self.config.activation](h))
+                 else ACTIVATION_FNS[self.config.model.options.activation](h))
         return self.pixels(_with_label(h, onehot) if every else h)
 
     def draws(self, images, labels, noise, *, train: bool = False) -> jax.Array:
@@ -245,7 +254,7 @@ class Ladder(Family):
 
     def _terms(self, images, labels, *, logits, layers, sampling_prior) -> Terms:
         targets = jnp.broadcast_to(images, logits.shape[:-1] + images.shape[-1:])
-        log_px = -densities.reconstruction(logits, targets, self.config.likelihood)
+        log_px = -densities.reconstruction(logits, targets, self.config.likelihood.name)
         *lower, top = layers
         log_q = [densities.gaussian_log_density(t.z, t.q_mean, t.q_logvar) for t in layers]
         log_p_lower = [densities.gaussian_log_density(t.z, t.p_mean, t.p_logvar) for t in lower]
@@ -254,7 +263,7 @@ class Ladder(Family):
         log_pz = sum(log_p_lower, log_p_top)
         kls = [densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar))
                for t in layers]
-        if sampling_prior or self.config.prior in LEARNED_PRIORS:  # the top layer's KL sampled
+        if sampling_prior or self.prior.learned:  # the top layer's KL sampled
             return Terms(log_px, log_pz, log_qz, self.join(kls[:-1]), log_q[-1] - log_p_top)
         return Terms(log_px, log_pz, log_qz, self.join(kls), jnp.zeros_like(log_px))
 
@@ -292,9 +301,6 @@ class Ladder(Family):
         logits, layers = self._pass(images, labels, zeros, train=False)
         kl = sum(densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar)).sum(-1)
                  for t in layers)
-        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood) + kl
+        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood.name) + kl
         top = layers[-1]
         return top.q_mean[0], top.q_logvar[0], neg_elbo[0]
-
-
-Model = Ladder

@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.specs import DatasetSpec
 from cvae.errors import ConfigError
 from cvae.model import convolution
@@ -50,9 +50,9 @@ def check_conv_shape(data: DatasetSpec) -> None:
 def after_dense(h: jax.Array, config: Config, *, train: bool) -> jax.Array:
     """What follows a dense map in every hidden block: (BatchNorm) -> activation -> (Dropout).
     Call it inside a module's compact method: its BatchNorm is that module's own."""
-    return _normalise_activate_drop(h, activation=config.activation,
-                                    dropout_rate=config.dropout_rate,
-                                    batch_norm=config.batch_norm, train=train)
+    return _normalise_activate_drop(h, activation=config.model.options.activation,
+                                    dropout_rate=config.model.options.dropout_rate,
+                                    batch_norm=config.model.options.batch_norm, train=train)
 
 
 def _normalise_activate_drop(h: jax.Array, *, activation: str, dropout_rate: float,
@@ -83,16 +83,17 @@ class _Block(nn.Module):
 
 def block(config: Config, width: int) -> _Block:
     """A hidden block of the config's activation, dropout and BatchNorm."""
-    return _Block(width, config.activation, config.dropout_rate, config.batch_norm)
+    return _Block(width, config.model.options.activation, config.model.options.dropout_rate,
+                  config.model.options.batch_norm)
 
 
 def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
     """f32[..., B, P] -> what the first dense layer reads: the pixels themselves, or with
     `architecture="conv"` two strided convolutions' maps, flattened. Call it inside a module's
     compact method: its layers are that module's own (Conv_0, Conv_1)."""
-    if config.architecture != "conv":
+    if config.model.options.architecture != "conv":
         return images
-    act = ACTIVATION_FNS[config.activation]
+    act = ACTIVATION_FNS[config.model.options.activation]
     lead = images.shape[:-1]
     h = images.reshape(-1, *data.image_shape)
     for features in CONV_FEATURES:
@@ -102,7 +103,7 @@ def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.
 
 def output_width(config: Config, data: DatasetSpec) -> int:
     """The decoder's outputs per image: the likelihood's parameters for every value."""
-    return data.pixels * outputs_per_value(config.likelihood)
+    return data.pixels * outputs_per_value(config.likelihood.name)
 
 
 def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
@@ -110,16 +111,16 @@ def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
     (`output_width`; k parameters a value, each parameter's P values together): one dense
     layer, or with `architecture="conv"` a dense map at a quarter of the side and two transposed
     convolutions. Call it inside a module's compact method."""
-    if config.architecture != "conv":
+    if config.model.options.architecture != "conv":
         return nn.Dense(output_width(config, data))(h)
-    act = ACTIVATION_FNS[config.activation]
+    act = ACTIVATION_FNS[config.model.options.activation]
     lead = h.shape[:-1]
     side_h, side_w = data.height // CONV_DOWNSAMPLING, data.width // CONV_DOWNSAMPLING
     deepest = CONV_FEATURES[-1]
     h = act(nn.Dense(side_h * side_w * deepest)(h)).reshape(-1, side_h, side_w, deepest)
     for features in CONV_FEATURES[-2::-1]:
         h = act(convolution.ConvTranspose(features)(h))
-    per_value = outputs_per_value(config.likelihood)
+    per_value = outputs_per_value(config.likelihood.name)
     h = convolution.ConvTranspose(data.channels * per_value)(h)
     if per_value > 1:  # [N, H, W, k * C] -> [N, k, H, W, C]: each parameter's image together
         h = jnp.moveaxis(h.reshape(*h.shape[:-1], per_value, data.channels), -2, 1)
@@ -137,6 +138,6 @@ class Classifier(nn.Module):
     def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
         """images f32[B, P] in [0, 1] -> logits f32[B, classes]."""
         h = image_features(images, self.config, self.data)
-        for width in self.config.hidden_sizes:
+        for width in self.config.model.options.hidden_sizes:
             h = block(self.config, width)(h, train=train)
         return nn.Dense(self.data.num_classes)(h)

@@ -9,16 +9,42 @@ blocks (the label fed to each with `label_conditioning="every"`), then pixel log
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Literal
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config import Config
+from cvae.config.sections import Config
+from cvae.config.settings import setting
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities
-from cvae.model.interface import LEARNED_PRIORS, Family, Terms, sampled_terms
+from cvae.model.interface import Family, Terms, sampled_terms
 from cvae.model.layers import (ACTIVATION_FNS, block, check_conv_shape, image_features,
                                pixel_logits, soft_clamp)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The one-latent family's options: its networks' shape and the latent's width."""
+
+    architecture: Literal["mlp", "conv"] = setting(
+        "mlp", "Encoder and decoder: MLPs only, or with two stride-2 (transposed) convolutions.")
+    hidden_sizes: tuple[int, ...] = setting(
+        (512, 256), "Widths of the encoder's hidden layers (the decoder mirrors them).", low=1)
+    latent_dim: int = setting(16, "Dimensions of the latent z.", low=1)
+    activation: Literal["relu", "gelu", "silu", "elu", "tanh", "leaky_relu"] = setting(
+        "gelu", "Activation of the hidden layers.")
+    label_conditioning: Literal["first", "every"] = setting(
+        "every", "Decoder: add the label at its first layer only, or feed it to every layer.")
+    logvar_bound: float = setting(
+        8.0, "Soft clamp of the encoder's log-variance to (-bound, bound), so the KL cannot "
+             "overflow.", low=0, high=30, open_low=True)
+    dropout_rate: float = setting(0.0, "Dropout after each hidden block while training (0 = "
+                                       "off).", low=0, high=1, open_high=True)
+    batch_norm: bool = setting(False, "BatchNorm in each hidden block (statistics kept in the "
+                                      "checkpoint).")
 
 
 class Encoder(nn.Module):
@@ -30,10 +56,10 @@ class Encoder(nn.Module):
         """images f32[B, P] in [0, 1]; onehot f32[B, C] -> mean, logvar f32[B, L]."""
         cfg = self.config
         h = jnp.concatenate([image_features(images, cfg, self.data), onehot], axis=-1)
-        for width in cfg.hidden_sizes:
+        for width in cfg.model.options.hidden_sizes:
             h = block(cfg, width)(h, train=train)
-        mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.latent_dim)(h), 2, axis=-1)
-        return mean, soft_clamp(raw_logvar, cfg.logvar_bound)
+        mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.model.options.latent_dim)(h), 2, axis=-1)
+        return mean, soft_clamp(raw_logvar, cfg.model.options.logvar_bound)
 
 
 class Decoder(nn.Module):
@@ -44,9 +70,9 @@ class Decoder(nn.Module):
     def __call__(self, z: jax.Array, onehot: jax.Array, *, train: bool) -> jax.Array:
         """z f32[B, L]; onehot f32[B, C] -> pixel logits f32[B, P]."""
         cfg = self.config
-        every = cfg.label_conditioning == "every"
-        widths = tuple(reversed(cfg.hidden_sizes))
-        act = ACTIVATION_FNS[cfg.activation]
+        every = cfg.model.options.label_conditioning == "every"
+        widths = tuple(reversed(cfg.model.options.hidden_sizes))
+        act = ACTIVATION_FNS[cfg.model.options.activation]
         h = act(nn.Dense(widths[0])(z) + nn.Dense(widths[0], use_bias=False)(onehot))
         for width in widths[1:]:
             if every:
@@ -60,24 +86,19 @@ class Decoder(nn.Module):
 class OneLatent(Family):
     """The conditional VAE with one latent z of `latent_dim`; noise and codes are both z."""
 
+    Options = Options
+
     EXPORT_MODULES = {"sample": ("decoder",), "encode": ("encoder", "decoder"),
                       "classify": ("classifier",)}
     PARAM_GROUPS = {"encoder": ("encoder",), "decoder": ("decoder",)}
 
     def setup(self):
-        if self.config.architecture == "conv":
+        if self.config.model.options.architecture == "conv":
             check_conv_shape(self.data)
         self.encoder = Encoder(self.config, self.data)
         self.decoder = Decoder(self.config, self.data)
-        self.setup_prior(self.config.latent_dim)
-
-    @property
-    def noise_dim(self) -> int:
-        return self.config.latent_dim
-
-    @property
-    def code_dim(self) -> int:
-        return self.config.latent_dim
+        self.setup_prior(self.config.model.options.latent_dim,
+                         logvar_bound=self.config.model.options.logvar_bound)
 
     def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
         return self.encoder(images, self.onehot(labels), train=train)
@@ -116,10 +137,10 @@ class OneLatent(Family):
         k, b = z.shape[:2]
         logits = self.decode(z.reshape(k * b, -1), jnp.tile(labels, k), train=train)
         log_px = -densities.reconstruction(logits, jnp.tile(images, (k, 1)),
-                                           self.config.likelihood).reshape(k, b)
+                                           self.config.likelihood.name).reshape(k, b)
         log_qz = densities.gaussian_log_density(z, mean, logvar)
         log_pz = self.log_prior(z, labels, sampling=sampling_prior)
-        if sampling_prior or self.config.prior in LEARNED_PRIORS:
+        if sampling_prior or self.prior.learned:
             return sampled_terms(log_px, log_pz, log_qz)
         kl = jnp.broadcast_to(densities.kl_per_dimension(mean, logvar), z.shape)
         return Terms(log_px, log_pz, log_qz, kl, jnp.zeros_like(log_px))
@@ -129,17 +150,11 @@ class OneLatent(Family):
         and lowest for the label that explains the image best."""
         mean, logvar = self.encode(images, labels)
         logits = self.decode(mean, labels)
-        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood) + \
+        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood.name) + \
             densities.kl_per_dimension(mean, logvar).sum(axis=-1)
         return mean, logvar, neg_elbo
 
-
-def noise_dim(config: Config) -> int:
-    return config.latent_dim
-
-
-def code_dim(config: Config) -> int:
-    return config.latent_dim
-
-
-Model = OneLatent
+    @staticmethod
+    def widths(options: Options) -> tuple[int, int]:
+        """(noise width, code width) of these options, without building the model."""
+        return options.latent_dim, options.latent_dim

@@ -92,10 +92,10 @@ def last_drawn(weights: jax.Array) -> jax.Array:
     return jnp.sum(weights > 0, axis=-1) - 1
 
 
-def mixture_of(prior: str, variables: dict) -> dict | None:
-    """The mixture that `draw` samples for a model whose `Config.prior` is `prior`, from its
-    variables; None for the standard prior."""
-    return None if prior == "standard" else variables[COLLECTION][VARIABLE]
+def mixture_of(prior, variables: dict) -> dict | None:
+    """The mixture that `draw` samples for a model whose prior is `prior`
+    (`cvae.model.priors`), from its variables; None for a prior without one."""
+    return variables[COLLECTION][VARIABLE] if prior.draws_from_mixture else None
 
 
 def draw(noise: jax.Array, labels: jax.Array, *, mixture: dict | None, truncation: float,

@@ -1,67 +1,34 @@
-"""The model families by name: the one place that knows which families exist.
+"""Building the run's model family: the family the config's `model` section names
+(`cvae.config.components` knows which families exist), shaped for the run's dataset.
 
-`Config.model` names a family; `create_model(config)` builds it for the run's dataset
-(`cvae.data.specs`). Each family is a module that exports `Model` (a `cvae.model.interface.Family`)
-and `noise_dim(config)`, `code_dim(config)` (its widths, read without building it), as
-big_vision's model modules export `Model`. A new family is one module and one line here, or
-`register(name, module)` at run time; `CVAE_MODEL_FAMILIES="name=package.module,..."` registers
-families in every process that reads it (the service's workers, `cvae` subprocesses).
-No JAX is imported until a family is built, so the config validates names without it.
+Each family is a `cvae.model.interface.Family` with its own `Options` and `widths(options)`
+(its noise and code widths, read without building it), as big_vision's model modules export
+`Model`.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-
-FAMILIES: dict[str, str] = {"cvae": "cvae.model.one_latent", "ladder": "cvae.model.ladder"}
-ENV_FAMILIES = "CVAE_MODEL_FAMILIES"
-
-
-def register(name: str, module: str) -> None:
-    """Make family `name` (module path `module`, exporting `Model`) available by name."""
-    FAMILIES[name] = module
-
-
-def _register_from_environment() -> None:
-    for entry in os.environ.get(ENV_FAMILIES, "").split(","):
-        name, _, module = (part.strip() for part in entry.partition("="))
-        if name:  # a blank entry (a trailing comma and space) names no family
-            register(name, module)
-
-
-def names() -> tuple[str, ...]:
-    _register_from_environment()
-    return tuple(FAMILIES)
-
-
-def family_module(name: str):
-    """The module of family `name`; ValueError naming the known ones otherwise."""
-    if name not in names():
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(FAMILIES)}")
-    return importlib.import_module(FAMILIES[name])
+from cvae.data.specs import spec_of
 
 
 def noise_dim(config) -> int:
     """The width of one sample's noise N(0, t^2 I)."""
-    return family_module(config.model).noise_dim(config)
+    return config.model.component.widths(config.model.options)[0]
 
 
 def code_dim(config) -> int:
     """The width of a code: what `encode` gives and `decode` takes."""
-    return family_module(config.model).code_dim(config)
+    return config.model.component.widths(config.model.options)[1]
 
 
 def param_groups(config) -> dict[str, tuple[str, ...]]:
     """Top-level parameter modules by role ("encoder", "decoder"): what `--freeze` holds."""
-    return family_module(config.model).Model.PARAM_GROUPS
+    return config.model.component.PARAM_GROUPS
 
 
 def create_model(config, data=None):
-    """The family `config.model` names, shaped for `data` (default: the config's dataset)."""
-    from cvae.data.specs import spec_of
-
-    return family_module(config.model).Model(config, data or spec_of(config.dataset))
+    """The family the config names, shaped for `data` (default: the config's dataset)."""
+    return config.model.component(config, data or spec_of(config.data.dataset))
 
 
 def init_variables(model, key):

@@ -31,10 +31,11 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data import specs
 from cvae.errors import CheckpointError, StepNotFound
 from cvae.model.registry import create_model, init_variables
+from cvae.data.specs import spec_of
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def save_args(state, config: Config, metrics: dict[str, Any] | None) -> ocp.args
     """One step's items as the writer saves them (`cvae.training.checkpoints.save_checkpoint`)."""
     return ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
                                  CONFIG: ocp.args.JsonSave(config.to_dict()),
-                                 DATASET: ocp.args.JsonSave(config.spec.to_dict()),
+                                 DATASET: ocp.args.JsonSave(spec_of(config.data.dataset).to_dict()),
                                  METRICS: ocp.args.JsonSave(metrics or {})})
 
 
@@ -191,11 +192,11 @@ class TrainedModel:
 
 def inference_items(config: Config, *, use_ema: bool = True) -> dict[str, str]:
     """The `state` fields inference restores, each under the variables' name it takes."""
-    weights = "ema_params" if use_ema and config.ema_decay > 0 else "params"
+    weights = "ema_params" if use_ema and config.optimizer.ema_decay > 0 else "params"
     items = {weights: "params"}
-    if config.batch_norm:
+    if config.model.component.keeps_batch_stats(config.model.options):
         items["batch_stats"] = "batch_stats"
-    if config.prior != "standard":  # fitted, or learnt and written there
+    if config.prior.component.draws_from_mixture:  # fitted, or learnt and written there
         items["prior"] = "prior"
     if create_model(config).has_classifier:
         items["labelled"] = "labelled"
@@ -206,7 +207,7 @@ def _inference_target(config: Config, fields: dict[str, str]) -> dict:
     """Shapes and dtypes of the restored fields, built from the config without compute, placed
     on one local device whatever device count wrote the checkpoint."""
     variables = jax.eval_shape(lambda: init_variables(create_model(config), jax.random.key(0)))
-    count = config.labelled_count or 0
+    count = config.labels.labelled_count or 0
     shapes = {**variables, "labelled": {name: jax.ShapeDtypeStruct((count,), jnp.int32)
                                         for name in ("indices", "labels")}}
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])

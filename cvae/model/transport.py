@@ -74,8 +74,8 @@ class ClassTransport:
 
 
 def class_transport(config, variables: dict) -> ClassTransport | None:
-    """The transport of a model with a mixture prior; None for the standard prior."""
-    if config.prior == "standard":
+    """The transport of a model with a mixture prior; None for a prior without one."""
+    if not config.prior.component.draws_from_mixture:
         return None
     means, covariances = class_moments(variables[prior_lib.COLLECTION][prior_lib.VARIABLE])
     classes = len(means)

@@ -32,8 +32,7 @@ import numpy as np
 DECODE_BLOCKS = (64, 128, 256, 512, 1024)
 ROW_BY_ROW = (1,)  # the fallback when no block size keeps a row's bits at every position
 _CALL_COST_ROWS = 8  # one more device call costs about as much as decoding 8 more rows
-_TEST_ROWS = 3  # distinct rows each block size is checked with
-_NUM_LABELS = 10
+_TEST_ROWS = 3  # distinct rows each block size is checked with, labelled 0, 1, 2 (mod classes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -60,8 +59,15 @@ class BlockCheck(NamedTuple):
     signature: bytes
 
 
-# (jitted fn(variables, rows f32[B, D], labels i32[B]) -> array or tuple of arrays, D)
-Probe = tuple[Callable, int]
+class Probe(NamedTuple):
+    """A function the sampler runs through blocks, and what its rows are."""
+
+    fn: Callable  # jitted fn(variables, rows f32[B, width], labels i32[B]) -> array or tuple
+    width: int  # D of a row
+    # The labels it takes: 0..classes - 1, the model's. The test rows are labelled 0, 1, 2
+    # mod classes: a 2-class model is checked on labels it has (0, 1, 0), and a model of three
+    # or more classes on 0, 1, 2, as before, so its kernel signature (in its ETags) is unchanged.
+    classes: int
 
 
 def block_check(probes: list[Probe], variables: dict, sizes: tuple[int, ...]) -> BlockCheck:
@@ -90,30 +96,31 @@ def sampler_probes(sampler) -> list[Probe]:
     their row widths."""
     widths = ((sampler.decode_fn, sampler.noise_dim), (sampler.prior_fn, sampler.noise_dim),
               (sampler.code_decode_fn, sampler.latent_dim))  # draws: noise; codes: a code
-    probes = [(fn, width) for fn, width in widths if fn is not None]
+    classes = len(sampler.classes)
+    probes = [Probe(fn, width, classes) for fn, width in widths if fn is not None]
     if sampler.encode_fn is not None:
-        probes.append((sampler.encode_fn, sampler.image_pixels))
+        probes.append(Probe(sampler.encode_fn, sampler.image_pixels, classes))
     return probes
 
 
 def classify_probes(sampler) -> list[Probe]:
     """The sampler's reading of digits, checked apart from `sampler_probes`: Bayes' rule runs
-    encoder and decoder over ten labels a row, so its dots meet other shapes, and a block size
-    it cannot keep need not be lost to drawing."""
+    encoder and decoder over every class of the model a row, so its dots meet other shapes, and
+    a block size it cannot keep need not be lost to drawing."""
     if sampler.classify_fn is None:
         return []
     classify = sampler.classify_fn  # q(y|x) of a few-label model, or Bayes' rule: no labels
-    return [(lambda variables, images, labels: classify(variables, images),
-             sampler.image_pixels)]
+    return [Probe(lambda variables, images, labels: classify(variables, images),
+                  sampler.image_pixels, len(sampler.classes))]
 
 
 def block_signature(probes: list[Probe], variables: dict, size: int) -> bytes | None:
     """A digest of the bits each test row gets in blocks of `size` rows; None when some row
     gets other bits at another position."""
     digest = hashlib.sha256()
-    for fn, width in probes:
+    for fn, width, classes in probes:
         rows = np.random.default_rng(width).random((_TEST_ROWS, width), np.float32)
-        labels = np.arange(_TEST_ROWS, dtype=np.int32) % _NUM_LABELS
+        labels = np.arange(_TEST_ROWS, dtype=np.int32) % classes  # the model's labels only
         cycle = np.arange(size) % _TEST_ROWS  # distinct rows, each at every third position
         mixed = _outputs(fn, variables, rows=rows[cycle], labels=labels[cycle])
         for row in range(_TEST_ROWS):

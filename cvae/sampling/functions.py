@@ -13,11 +13,12 @@ from typing import Callable
 
 import jax
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.model import prior as prior_lib
 from cvae.model.densities import pixel_means
 from cvae.model.objectives import create_bayes_classify_fn
 from cvae.model.registry import code_dim, noise_dim
+from cvae.data.specs import spec_of
 
 
 def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
@@ -28,12 +29,13 @@ def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
     layers below at their means.
     """
     method = "decode" if codes else "generate"
-    shape = config.spec.stored_shape
+    shape = spec_of(config.data.dataset).stored_shape
 
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
-        pixels = pixel_means(logits, config.pixel_sharpness, likelihood=config.likelihood)
+        pixels = pixel_means(logits, config.drawing.pixel_sharpness,
+                             likelihood=config.likelihood.name)
         return pixels.reshape(-1, *shape)
 
     return decode
@@ -45,21 +47,21 @@ def create_prior_fn(model, config: Config) -> Callable | None:
     first, through the prior and its truncation); None where it is the noise itself (one
     latent, standard prior, no truncation)."""
     width = code_dim(config)
-    if (config.prior == "standard" and width == noise_dim(config)
-            and prior_lib.truncation_radius(config.truncation, width) is None):
+    if (not config.prior.component.draws_from_mixture and width == noise_dim(config)
+            and prior_lib.truncation_radius(config.drawing.truncation, width) is None):
         return None
 
     @jax.jit
     def prior(variables, noise, labels):
         return prior_lib.draw(noise[:, :width], labels,
-                              mixture=prior_lib.mixture_of(config.prior, variables),
-                              truncation=config.truncation)
+                              mixture=prior_lib.mixture_of(config.prior.component, variables),
+                              truncation=config.drawing.truncation)
 
     return prior
 
 
 def create_encode_fn(model, config: Config) -> Callable:
-    """Jitted `encode(variables, images f32[B, 784] in [0, 1], labels i32[B])` ->
+    """Jitted `encode(variables, images f32[B, pixels] in [0, 1], labels i32[B])` ->
     (mean f32[B, L], logvar f32[B, L], neg_elbo f32[B]).
 
     mean, logvar: the code's posterior (the ladder's top layer). neg_elbo is -ELBO(x, y) at z =
@@ -76,10 +78,11 @@ def create_encode_fn(model, config: Config) -> Callable:
 
 
 def create_classify_fn(model) -> Callable | None:
-    """Jitted `classify(variables, images f32[B, 784] in [0, 1]) -> p(y|x) f32[B, 10]`: the
-    classifier q(y|x) of a model trained with `--labels N`; for a model trained with every
-    label, Bayes' rule on its own bounds on log p(x|y), the ten labels in one call (a label at
-    a time) with fixed draws (`cvae.model.objectives.create_bayes_classify_fn`)."""
+    """Jitted `classify(variables, images f32[B, pixels] in [0, 1]) -> p(y|x) f32[B, classes]`
+    (the model's dataset's; MNIST: 784 and 10): the classifier q(y|x) of a model trained with
+    `--labels N`; for a model trained with every label, Bayes' rule on its own bounds on
+    log p(x|y), every class in one call (a label at a time) with fixed draws
+    (`cvae.model.objectives.create_bayes_classify_fn`)."""
     if not model.has_classifier:
         return create_bayes_classify_fn(model)
 

@@ -22,17 +22,15 @@ import numpy as np
 from cvae.model import prior as prior_lib
 from cvae.sampling.blocks import (DECODE_BLOCKS, ROW_BY_ROW, block_check, classify_probes,
                                   plan_blocks, sampler_probes)
-from cvae.config import Config, ConfigError
+from cvae.config.sections import Config, ConfigError
 from cvae.data.class_names import label_index
 from cvae.data.pixels import to_unit
-from cvae.data.specs import MNIST
 from cvae.sampling.functions import sampler_functions
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.registry import code_dim, create_model, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
-
-DIGITS = tuple(range(MNIST.num_classes))  # MNIST's labels (bench, tests); `Sampler.classes`
+from cvae.data.specs import spec_of
 
 
 def draw_latents(seed: int, digit: int, n: int, *, latent_dim: int,
@@ -144,7 +142,7 @@ class Sampler:
 
     def class_transport(self) -> ClassTransport | None:
         """How label swaps carry a code between classes (cvae.model.transport); None: as it is."""
-        if self.config.prior == "standard":
+        if not self.config.prior.component.draws_from_mixture:
             return None
         means = self.variables[prior_lib.COLLECTION][prior_lib.VARIABLE]["means"]
         if self._transport is None or self._transport[0] is not means:
@@ -177,17 +175,17 @@ class Sampler:
     @property
     def image_pixels(self) -> int:
         """The width of `encode_fn`'s rows: the dataset spec's values an image."""
-        return self.config.spec.pixels
+        return spec_of(self.config.data.dataset).pixels
 
     @property
     def classes(self) -> tuple[int, ...]:
         """The labels this model draws, 0..num_classes - 1 of its dataset's spec."""
-        return tuple(range(self.config.spec.num_classes))
+        return tuple(range(spec_of(self.config.data.dataset).num_classes))
 
     @property
     def class_names(self) -> tuple[str, ...]:
         """The names of `classes`, in their order: the dataset spec's."""
-        return self.config.spec.class_names
+        return spec_of(self.config.data.dataset).class_names
 
     def class_index(self, label: str | int) -> int:
         """Class `label`, by name or index -> its index; else UnknownLabel listing the names."""
@@ -228,7 +226,8 @@ class Sampler:
 
     def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
         out = self._in_blocks(decode_fn, z, labels)
-        return out[0] if out else np.zeros((0, *self.config.spec.stored_shape), np.float32)
+        return out[0] if out else np.zeros((0, *spec_of(self.config.data.dataset).stored_shape),
+                                           np.float32)
 
     def encode(self, images: np.ndarray, labels: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -294,7 +293,7 @@ class Sampler:
                    scale: int = DEFAULT_SCALE, pad: int = DEFAULT_PAD) -> bytes:
         images = self.sample_images(digit, n, seed, temperature=temperature)
         return png_bytes(make_grid(images, grid_columns(digit, n, cols), pad=pad, scale=scale,
-                                   image_shape=self.config.spec.stored_shape))
+                                   image_shape=spec_of(self.config.data.dataset).stored_shape))
 
 
 def load_sampler(checkpoint_dir, step=None, block_rows: int | None = None, *,

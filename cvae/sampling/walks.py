@@ -13,8 +13,9 @@ below at their means, so its ends are /sample's pictures without the lower layer
   decode to faint average digits; White 2016, "Sampling generative networks"). Row d starts
   with /sample's seed picture and ends with its to_seed picture.
 - `DigitWalk`: keeps each of the n codes of `/sample?digit=d&seed=s&n=n` and decodes it with
-  every digit 0-9 (carried to each digit's region first, as a transfer does: `Sampler.swap`):
-  one row per z, the same "hand" in all ten digits. Column d is /sample's picture.
+  each of its `digits` (the service's: every class of the model, `Sampler.classes`), carried to
+  each class's region first, as a transfer does (`Sampler.swap`): one row per z, the same
+  "hand" in every class. Column d is /sample's picture when `digits` is every class.
 
 The walks are codes (`cvae.sampling.sampler.Codes`), decoded as they are: walking the prior's noise
 instead would, with a mixture prior, jump between its components along the way.
@@ -23,6 +24,8 @@ Synopsis:
 
     [codes] = walk_latents([LatentWalk(seed=1, to_seed=2, digits=(7,), steps=10,
                                        temperature=1.0)], sampler)
+    [codes] = walk_latents([DigitWalk(seed=1, digit=7, n=4, temperature=1.0,
+                                      digits=sampler.classes)], sampler)
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cvae.sampling.sampler import DIGITS, Codes, LatentRequest, Sampler, batch_latents
+from cvae.sampling.sampler import Codes, LatentRequest, Sampler, batch_latents
 
 
 class LatentWalk(NamedTuple):
@@ -51,7 +54,9 @@ class DigitWalk(NamedTuple):
     digit: int  # whose /sample latents are kept
     n: int  # latents, one row each
     temperature: float
-    digits: tuple[int, ...] = DIGITS  # the labels each latent is decoded as: the model's classes
+    # The labels each latent is decoded as: every class of the model is `Sampler.classes`
+    # (no default: only the model knows its classes).
+    digits: tuple[int, ...]
 
     @property
     def rows(self) -> int:

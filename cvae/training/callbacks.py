@@ -39,6 +39,7 @@ from cvae.errors import CheckpointError
 from cvae.sampling.grid import make_grid, save_png
 from cvae.model.registry import create_model
 from cvae.sampling.sampler import create_sampler
+from cvae.data.specs import spec_of
 
 
 @dataclasses.dataclass
@@ -180,7 +181,7 @@ class MetricsLogger(Callback):
         record.update(prefixed(metrics))
         if self.count and record["seconds"] > 0:
             record["examples_per_second"] = round(
-                self.count * run.config.batch_size / record["seconds"], 1)
+                self.count * run.config.run.batch_size / record["seconds"], 1)
         append_jsonl(Path(run.checkpoint_dir) / "metrics.jsonl", record)
         self.evaluated = True
 
@@ -266,7 +267,7 @@ class SampleGrid(Callback):
         self.sampler.variables = local_copy(run.state.eval_variables())
         images = self.sampler.sample_images(None, self.n, self.seed)
         grid = make_grid(images, cols=self.n, pad=2, scale=1,
-                         image_shape=run.config.spec.stored_shape)
+                         image_shape=spec_of(run.config.data.dataset).stored_shape)
         save_png(grid, Path(run.checkpoint_dir) / "samples" / f"epoch_{run.epoch + 1:03d}.png")
         save_png(grid, Path(run.checkpoint_dir) / "samples_latest.png")
 
@@ -328,12 +329,12 @@ def default_callbacks(config, *, progress: bool = True, writer: bool = True,
     if writer:
         callbacks += [ProgressBar(disable=None if progress else True), MetricsLogger(),
                       TensorBoard()]
-    callbacks.append(Checkpointer(config.keep_checkpoints, command))
+    callbacks.append(Checkpointer(config.run.keep_checkpoints, command))
     if writer:
         callbacks += [SampleGrid(), LossCurve()]
-    if config.early_stopping_patience:
-        callbacks.insert(1, EarlyStopping(config.early_stopping_patience,
-                                          config.early_stopping_min_delta))
+    if config.run.early_stopping_patience:
+        callbacks.insert(1, EarlyStopping(config.run.early_stopping_patience,
+                                          config.run.early_stopping_min_delta))
     return callbacks
 
 

@@ -21,7 +21,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.model import store
 from cvae.model.store import best_metric
 from cvae.model.registry import create_model
@@ -78,7 +78,7 @@ def abstract_state(config: Config, total_steps: int = 1):
     model = create_model(config)
     optimizer, _ = create_optimizer(config, total_steps)
     shapes = jax.eval_shape(
-        lambda: create_train_state(model, optimizer, config, key=jax.random.key(config.seed)))
+        lambda: create_train_state(model, optimizer, config, key=jax.random.key(config.run.seed)))
     # Readers restore onto one local device whatever device count wrote the checkpoint.
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), shapes)

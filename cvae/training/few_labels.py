@@ -4,7 +4,7 @@ With `--labels N` a few training images keep their labels; for the rest the labe
 variable with its own encoder, the classifier q(y|x). Per image (nats):
 
 - labelled (x, y):  L(x, y) = -ELBO(x, y) = reconstruction + kl_weight * KL(q(z|x,y) || N(0, I));
-- unlabelled x:     U(x) = sum_y q(y|x) L(x, y) - H(q(y|x)), all ten labels in one batched pass
+- unlabelled x:     U(x) = sum_y q(y|x) L(x, y) - H(q(y|x)), every label in one batched pass
                     (each x repeated with every label: one encoder and one decoder call);
 - classifier:       CE(x, y) = -log q(y|x) on the labelled images.
 
@@ -13,7 +13,8 @@ alpha = 0.1 * N over the N training images. Divided by N it is an average per tr
 (N_l / N) mean_l L + (N_u / N) mean_u U + 0.1 mean_l CE, which is what `semi_supervised_loss`
 computes from a batch (`labelled_share` = N_l / N, `classifier_weight` = 0.1 by default). The
 batch's own mix of labelled and unlabelled images (`labelled_per_batch`) therefore changes only
-the noise of the estimate, not what is minimised. (-log p(y) = log 10 is a constant and left out.)
+the noise of the estimate, not what is minimised. (-log p(y) = log C, C classes, is a constant
+and left out.)
 
 Each batch is `labelled_per_batch` labelled images followed by the rest unlabelled: the unlabelled
 ones run through one permutation per epoch, the labelled ones through their own permutation per
@@ -30,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.pixels import to_unit
 from cvae.data.specs import spec_of
 from cvae.errors import ResumeError
@@ -67,19 +68,19 @@ def per_label_terms(model, variables: dict, *, x_labelled, y_labelled, x_unlabel
     targets = jnp.concatenate([x_labelled, jnp.repeat(x_unlabelled, classes, axis=0)])
     labels = jnp.concatenate([y_labelled, jnp.tile(jnp.arange(classes), n_u)])
     read = jnp.concatenate([x_labelled, x_unlabelled])
-    if config.classifier_shift and shift_key is not None:
+    if config.labels.classifier_shift and shift_key is not None:
         first_key, second_key = jax.random.split(shift_key)
         shape = model.data.image_shape
-        read = shift_images(first_key, read, config.classifier_shift, image_shape=shape)
-        if config.consistency_weight > 0:
+        read = shift_images(first_key, read, config.labels.classifier_shift, image_shape=shape)
+        if config.labels.consistency_weight > 0:
             read = jnp.concatenate([read, shift_images(second_key, x_unlabelled,
-                                                       config.classifier_shift,
+                                                       config.labels.classifier_shift,
                                                        image_shape=shape)])
-    noise = objectives.draw_noise(z_key, model, samples=config.importance_samples,
+    noise = objectives.draw_noise(z_key, model, samples=config.objective.importance_samples,
                                   batch=targets.shape[0])
     rows, class_logits, updates = objectives.row_terms(
         model, variables, images=targets, labels=labels, noise=noise,
-        objective=config.objective, kl_weight=kl_weight, train=train, rngs=rngs,
+        objective=config.objective.bound, kl_weight=kl_weight, train=train, rngs=rngs,
         mutable=mutable, also=lambda module: module.classify(read, train=train))
     second = class_logits[n_l + n_u:] if class_logits.shape[0] > n_l + n_u else None
     return (class_logits[:n_l + n_u], rows, n_l, second), updates
@@ -114,8 +115,9 @@ def semi_supervised_loss(outputs, *, config: Config, kl_weight, labelled_share: 
 
     weights = jnp.concatenate([jnp.full((n_l,), labelled_share / n_l),
                                (1.0 - labelled_share) * q.reshape(-1) / n_u])
-    bound_loss, _ = objectives.batch_loss(rows, objective=config.objective, kl_weight=kl_weight,
-                                          free_bits=config.free_bits, weights=weights)
+    bound_loss, _ = objectives.batch_loss(rows, objective=config.objective.bound,
+                                          kl_weight=kl_weight,
+                                          free_bits=config.objective.free_bits, weights=weights)
     entropy = -jnp.sum(q * log_q, axis=-1)
     unlabelled = jnp.sum(q * by_label(rows.neg_bound), axis=-1) - entropy
     cross_entropy = optax.softmax_cross_entropy_with_integer_labels(class_logits[:n_l],
@@ -123,8 +125,9 @@ def semi_supervised_loss(outputs, *, config: Config, kl_weight, labelled_share: 
     consistency = (jnp.zeros(()) if second is None else
                    jnp.sum(jnp.square(q - jax.nn.softmax(second)), axis=-1).mean())
     loss = (bound_loss - (1.0 - labelled_share) * entropy.mean()
-            + config.classifier_weight * cross_entropy.mean()
-            + config.consistency_weight * consistency + config.entropy_weight * entropy.mean())
+            + config.labels.classifier_weight * cross_entropy.mean()
+            + config.labels.consistency_weight * consistency
+            + config.labels.entropy_weight * entropy.mean())
 
     def expected(values):  # labelled rows as they are, unlabelled ones under q(y|x)
         return jnp.concatenate([values[:n_l], jnp.sum(q * by_label(values), axis=-1)]).mean()
@@ -182,8 +185,8 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
     (cycled modulo N_l), then the unlabelled rows (first + i) * n_u ... Only the labelled rows'
     labels are read. The batch reaches the step as {"image": f32[B, P], "label": i32[n_l]}.
     """
-    n_l = config.labelled_per_batch
-    n_u = config.batch_size - n_l
+    n_l = config.labels.labelled_per_batch
+    n_u = config.run.batch_size - n_l
 
     @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
     def train_chunk(state, images, labels, orders, first, key, num_steps: int):
@@ -231,9 +234,9 @@ def choose_labelled_set(split, config: Config) -> dict[str, np.ndarray]:
     (`cvae.data.splits.labelled_indices`).
     """
     file_rows = split.train_indices
-    positions = labelled_indices(split.train_labels, file_rows, count=config.labelled_count,
-                                 num_classes=spec_of(config.dataset).num_classes,
-                                 seed=config.seed)
+    positions = labelled_indices(split.train_labels, file_rows, count=config.labels.labelled_count,
+                                 num_classes=spec_of(config.data.dataset).num_classes,
+                                 seed=config.run.seed)
     return {"positions": positions.astype(np.int32),
             "indices": np.asarray(file_rows[positions], np.int32),
             "labels": np.asarray(split.train_labels[positions], np.int32)}

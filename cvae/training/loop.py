@@ -22,14 +22,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.load import Dataset
 from cvae.data.splits import split_training_set
 from cvae.errors import ConfigError
 from cvae.model import learned_prior
-from cvae.model.binarization import scores_levels
 from cvae.model import prior as prior_lib
-from cvae.model.interface import LEARNED_PRIORS
 from cvae.model.registry import create_model
 from cvae.training.callbacks import Callback, CallbackList, Run
 from cvae.training.devices import create_mesh, replicate
@@ -38,6 +36,7 @@ from cvae.training.processes import any_process
 from cvae.training.start import keep_schedule_span, schedule_span, start_state
 from cvae.training.step import create_train_step, device_arrays, prior_fit_key, run_key
 from cvae.training.supervision import Supervision, create_supervision
+from cvae.data.specs import check_config
 from cvae.training.validation import create_validation
 
 
@@ -46,16 +45,17 @@ def planned_steps(config: Config, epoch_rows: int, rows_per_step: int) -> tuple[
     (`cvae.training.supervision`). The LR schedule spans all epochs; max_steps only cuts."""
     steps_per_epoch = epoch_rows // rows_per_step
     if steps_per_epoch == 0:
-        raise ConfigError(f"batch_size={config.batch_size}: larger than the {epoch_rows} "
+        raise ConfigError(f"batch_size={config.run.batch_size}: larger than the {epoch_rows} "
                           f"training examples (lower --batch-size or raise --train-limit)")
-    total = config.epochs * steps_per_epoch
-    return steps_per_epoch, min(total, config.max_steps) if config.max_steps else total
+    total = config.run.epochs * steps_per_epoch
+    return steps_per_epoch, min(total, config.run.max_steps) if config.run.max_steps else total
 
 
 def create_prior_fit(model, config: Config, supervision: Supervision):
     """`fit(state, images, labels, key) -> state` with its mixture prior refitted, under the
     labels the `supervision` gives; None when the run's prior is the standard one."""
-    if config.prior in LEARNED_PRIORS:
+    prior = config.prior.component
+    if prior.learned:
         collectors = {}  # sharding -> jitted collection, made once per mesh
 
         def write(state, images, labels, key):  # learnt, not fitted: written as it stands
@@ -72,12 +72,11 @@ def create_prior_fit(model, config: Config, supervision: Supervision):
             # forward them), and the state is donated to the step, so each must be its own.
             return state.replace(prior=jax.tree.map(jnp.copy, prior))
         return write
-    if config.prior != "mixture":
+    fit_fn = prior.fit(lambda variables, x, y: model.apply(variables, x, y, method="encode"),
+                       options=config.prior.options,
+                       binarized=not config.likelihood.component.scores_levels)
+    if fit_fn is None:
         return None
-    fit_fn = prior_lib.create_fit_fn(
-        lambda variables, x, y: model.apply(variables, x, y, method="encode"),
-        components=config.prior_components, codes=config.prior_codes,
-        binarized=not scores_levels(config.likelihood))
     prior_labels = supervision.create_prior_labels(model)
 
     def fit(state, images, labels, key):
@@ -139,6 +138,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     `cvae.training.processes`).
     """
     config.validate()
+    check_config(config)
     checkpoint_dir = Path(checkpoint_dir)
     mesh = create_mesh(devices)
     split = split_training_set(data.train_images, data.train_labels, config)
@@ -151,7 +151,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
     model = create_model(config)
     optimizer, learning_rate_fn = create_optimizer(config,
                                                    schedule_span(config) * steps_per_epoch)
-    key = run_key(config.seed)
+    key = run_key(config.run.seed)
     state, train_step = create_train_step(model, optimizer, config, key=key,
                                           supervision=supervision,
                                           learning_rate_fn=learning_rate_fn, mesh=mesh)
@@ -177,7 +177,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
             events.emit("epoch_start", run)
             while (position < steps_per_epoch and step < total_steps
                    and not interrupts.agreed_stop(run)):
-                num_steps = min(config.steps_per_call - position % config.steps_per_call,
+                num_steps = min(config.run.steps_per_call - position % config.run.steps_per_call,
                                 steps_per_epoch - position, total_steps - step)
                 state, metrics = train_chunk(state, images, labels, order, position, key,
                                              num_steps=num_steps)
@@ -186,7 +186,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                 events.emit("step_end", run, jax.device_get(metrics))
             if run.non_finite or position < steps_per_epoch and step < total_steps:
                 break  # stopped mid-epoch: no evaluation of a half-trained epoch
-            if (run.epoch + 1) % config.eval_every and step < total_steps and not run.stopping:
+            if (run.epoch + 1) % config.run.eval_every and step < total_steps and not run.stopping:
                 continue  # evaluated, logged and saved every `eval_every` epochs and at the end
             if fit_prior is not None:
                 state = run.state = fit_prior(state, images, labels,

@@ -12,7 +12,7 @@ import flax
 import jax.numpy as jnp
 import optax
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.errors import ConfigError
 from cvae.model import registry
 
@@ -22,10 +22,10 @@ def create_learning_rate_schedule(config: Config, total_steps: int) -> optax.Sch
 
     `total_steps` counts optimizer updates (micro-batch steps / accumulation_steps).
     """
-    peak, end = config.learning_rate, config.end_learning_rate
+    peak, end = config.optimizer.learning_rate, config.optimizer.end_learning_rate
     total = max(int(total_steps), 1)
-    warmup = min(config.warmup_steps, total - 1)
-    name = config.lr_schedule
+    warmup = min(config.optimizer.warmup_steps, total - 1)
+    name = config.optimizer.lr_schedule
     if name == "constant":
         return optax.constant_schedule(peak)
     if name == "linear":
@@ -44,15 +44,15 @@ def create_learning_rate_schedule(config: Config, total_steps: int) -> optax.Sch
 
 
 def _base_optimizer(config: Config, schedule: optax.Schedule) -> optax.GradientTransformation:
-    name = config.optimizer
+    name = config.optimizer.name
     if name == "adam":
         return optax.adam(schedule)
     if name == "adamw":
-        return optax.adamw(schedule, weight_decay=config.weight_decay)
+        return optax.adamw(schedule, weight_decay=config.optimizer.weight_decay)
     if name == "sgd":
-        return optax.sgd(schedule, momentum=config.momentum or None, nesterov=False)
+        return optax.sgd(schedule, momentum=config.optimizer.momentum or None, nesterov=False)
     if name == "rmsprop":
-        return optax.rmsprop(schedule, momentum=config.momentum or None)
+        return optax.rmsprop(schedule, momentum=config.optimizer.momentum or None)
     raise ConfigError(f"optimizer={name!r}: unknown")
 
 
@@ -73,26 +73,28 @@ def create_optimizer(config: Config, total_steps: int) -> tuple[optax.GradientTr
     clip -> (added weight decay for sgd/rmsprop) -> base optimizer, wrapped in multi_transform
     when part of the model is frozen and in MultiSteps when gradients accumulate.
     """
-    updates_total = max(total_steps // config.accumulation_steps, 1)
+    updates_total = max(total_steps // config.optimizer.accumulation_steps, 1)
     schedule = create_learning_rate_schedule(config, updates_total)
     parts = []
-    if config.grad_clip_norm > 0:
-        parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
-    if config.weight_decay > 0 and config.optimizer in ("sgd", "rmsprop", "adam"):
-        parts.append(optax.add_decayed_weights(config.weight_decay))
+    if config.optimizer.grad_clip_norm > 0:
+        parts.append(optax.clip_by_global_norm(config.optimizer.grad_clip_norm))
+    if config.optimizer.weight_decay > 0 and config.optimizer.name in ("sgd", "rmsprop", "adam"):
+        parts.append(optax.add_decayed_weights(config.optimizer.weight_decay))
     parts.append(_base_optimizer(config, schedule))
     tx = optax.chain(*parts) if len(parts) > 1 else parts[0]
-    if config.freeze != "none":
+    if config.optimizer.freeze != "none":
         tx = optax.multi_transform(
             {"trainable": tx, "frozen": optax.set_to_zero()},
-            lambda params: freeze_labels(params, registry.param_groups(config)[config.freeze]))
-    if config.accumulation_steps > 1:
-        tx = optax.MultiSteps(tx, every_k_schedule=config.accumulation_steps)
+            lambda params: freeze_labels(params,
+                                         registry.param_groups(config)[config.optimizer.freeze]))
+    if config.optimizer.accumulation_steps > 1:
+        tx = optax.MultiSteps(tx, every_k_schedule=config.optimizer.accumulation_steps)
     return tx, schedule
 
 
 def create_kl_weight_schedule(config: Config) -> optax.Schedule:
     """KL weight per micro-batch step: constant, or linear warm-up from 0 ("KL annealing")."""
-    if config.kl_schedule == "linear" and config.kl_warmup_steps > 0:
-        return optax.linear_schedule(0.0, config.kl_weight, config.kl_warmup_steps)
-    return lambda step: jnp.asarray(config.kl_weight, jnp.float32)
+    if config.objective.kl_schedule == "linear" and config.objective.kl_warmup_steps > 0:
+        return optax.linear_schedule(0.0, config.objective.kl_weight,
+                                     config.objective.kl_warmup_steps)
+    return lambda step: jnp.asarray(config.objective.kl_weight, jnp.float32)

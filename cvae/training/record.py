@@ -22,9 +22,10 @@ from typing import Any
 
 import jax
 
-from cvae.config import Config
-from cvae.config_toml import to_toml
+from cvae.config.sections import Config
+from cvae.config.toml import to_toml
 from cvae.model.store import CONFIG_FILE, RECORD_FILE
+from cvae.data.specs import spec_of
 
 PACKAGES = ("cvae", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
 GIT_TIMEOUT_SECONDS = 5  # a hung git (a network file system, a lock) must not stall training
@@ -40,7 +41,7 @@ def create_record(config: Config, command: list[str], *, started_at: str) -> dic
     """Everything of the record but the save time (`write_step_files` adds it)."""
     return {"command": list(command), "versions": versions(), "devices": devices(),
             "cpu": cpu_name(), "git": git_state(SOURCE_DIR),
-            "dataset": {"name": config.dataset, "manifest_sha256": dataset_hash(config)},
+            "dataset": {"name": config.data.dataset, "manifest_sha256": dataset_hash(config)},
             "started_at": started_at}
 
 
@@ -88,7 +89,7 @@ def git_state(directory: Path) -> dict[str, Any] | None:
 def dataset_hash(config: Config) -> str | None:
     """The dataset's manifest hash: a prepared dataset's own, else the sha256 its offline
     source is checked against, else None."""
-    spec = config.spec
+    spec = spec_of(config.data.dataset)
     return spec.content_hash or (spec.source.sha256 if spec.source else "") or None
 
 

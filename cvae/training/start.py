@@ -11,7 +11,7 @@ import logging
 import time
 from pathlib import Path
 
-from cvae.config import RESUMABLE_CHANGES, Config
+from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.errors import ResumeError
 from cvae.model import store
 from cvae.training import processes
@@ -41,7 +41,7 @@ def start_state(state, config: Config, checkpoint_dir: str | Path, *, fresh: boo
 
 def schedule_span(config: Config) -> int:
     """Epochs the learning-rate schedule spans: `schedule_epochs`, or else `epochs`."""
-    return config.schedule_epochs or config.epochs
+    return config.optimizer.schedule_epochs or config.run.epochs
 
 
 def keep_schedule_span(checkpoint_dir: str | Path, config: Config) -> Config:
@@ -64,28 +64,28 @@ def keep_schedule_span(checkpoint_dir: str | Path, config: Config) -> Config:
     if found is None or schedule_span(found[1]) == schedule_span(config):
         return config
     stored, span = found[1], schedule_span(found[1])
-    if config.schedule_epochs:
+    if config.optimizer.schedule_epochs:
         raise ResumeError(
             f"{checkpoint_dir} holds a run whose learning-rate schedule spans {span} epochs; "
-            f"--schedule-epochs {config.schedule_epochs} would make the rate jump: pass --fresh "
-            f"to start over with it, or leave --schedule-epochs out")
+            f"--schedule-epochs {config.optimizer.schedule_epochs} would make the rate jump: "
+            f"pass --fresh to start over with it, or leave --schedule-epochs out")
     log.warning("%s: continuing a run planned for %d epochs to %d: the learning-rate schedule "
                 "keeps its span of %d epochs, and later epochs train at its final rate; "
                 "pass --fresh to train %d epochs on one schedule", checkpoint_dir, stored.epochs,
-                config.epochs, span, config.epochs)
+                config.run.epochs, span, config.run.epochs)
     return config.replace(schedule_epochs=span)
 
 
 def resume_state(checkpoint_dir: Path, state, config: Config):
     """The newest readable checkpoint's state if its config agrees, else `state` (fresh start).
 
-    A different config in any field outside RESUMABLE_CHANGES is a ResumeError listing the
-    fields. Steps newer than the one restored that fail to read are moved aside.
+    A different config in any setting outside RESUMABLE_CHANGES is a ResumeError listing the
+    settings. Steps newer than the one restored that fail to read are moved aside.
     """
-    resumable = tuple(f for f in config.to_dict() if f not in RESUMABLE_CHANGES)
-
     def restore(step: int):
-        differences = store.read_config(manager, step).diff(config, resumable)
+        differences = {path: values for path, values in
+                       store.read_config(manager, step).diff(config).items()
+                       if path not in RESUMABLE_CHANGES}
         if differences:
             listed = ", ".join(f"{k}: checkpoint {a!r} vs requested {b!r}"
                                for k, (a, b) in differences.items())

@@ -19,7 +19,7 @@ import optax
 from flax.training import train_state
 from jax.sharding import Mesh
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import maybe_binarize
 from cvae.model.registry import init_variables
@@ -82,7 +82,7 @@ def create_train_state(model, optimizer: optax.GradientTransformation, config: C
         apply_fn=model.apply, params=params, tx=optimizer,
         batch_stats=variables.get("batch_stats", {}), prior=variables.get("prior", {}),
         # Copies, not aliases: the state is donated to the step, its buffers must be its own.
-        ema_params=jax.tree.map(jnp.copy, params) if config.ema_decay > 0 else None,
+        ema_params=jax.tree.map(jnp.copy, params) if config.optimizer.ema_decay > 0 else None,
         labelled=empty_labelled_set(model),
         key=jnp.copy(jax.random.key_data(key)))
     # A concrete int32 step (not Python's weakly typed 0), so the first call of the jitted step
@@ -96,7 +96,7 @@ def empty_labelled_set(model) -> dict:
     checkpoint's structure. Empty for a model trained with every label."""
     if not model.has_classifier:
         return {}
-    return {name: jnp.zeros((model.config.labelled_count,), jnp.int32)
+    return {name: jnp.zeros((model.config.labels.labelled_count,), jnp.int32)
             for name in ("indices", "labels")}
 
 
@@ -114,7 +114,7 @@ def create_train_step(model, optimizer: optax.GradientTransformation, config: Co
     """
     state = create_train_state(model, optimizer, config, key=key)
     if mesh is not None:
-        check_divisible(config.batch_size, mesh)
+        check_divisible(config.run.batch_size, mesh)
         supervision.check_devices(mesh)
         state = replicate(state, mesh)
     kl_weight_at = create_kl_weight_schedule(config)
@@ -143,13 +143,14 @@ def create_train_step(model, optimizer: optax.GradientTransformation, config: Co
         new_state = state.apply_gradients(grads=grads)
         if use_batch_norm:
             new_state = new_state.replace(batch_stats=updates["batch_stats"])
-        if config.ema_decay > 0:
+        if config.optimizer.ema_decay > 0:
             new_state = new_state.replace(ema_params=ema_update(
                 state.ema_params, new_state.params, ema_decay_at(new_state.step,
-                                                                 config.ema_decay)))
+                                                                 config.optimizer.ema_decay)))
         metrics = {**terms, "grad_norm": optax.tree.norm(grads), "kl_weight": kl_weight}
         if learning_rate_fn is not None:
-            metrics["learning_rate"] = learning_rate_fn(state.step // config.accumulation_steps)
+            metrics["learning_rate"] = learning_rate_fn(
+                state.step // config.optimizer.accumulation_steps)
         return new_state, metrics
 
     return state, jax.jit(train_step, donate_argnums=0)

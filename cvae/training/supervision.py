@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.splits import TrainValidation
 from cvae.errors import ConfigError
 from cvae.model import objectives
@@ -71,7 +71,7 @@ class FullLabels:
 
     @property
     def rows_per_step(self) -> int:
-        return self.config.batch_size
+        return self.config.run.batch_size
 
     def check_devices(self, mesh) -> None:
         """Nothing beyond the batch itself (`cvae.training.devices.check_divisible`)."""
@@ -83,21 +83,22 @@ class FullLabels:
         return lambda epoch: replicate(epoch_permutation(key, epoch, self.epoch_rows), mesh)
 
     def create_train_chunk(self, train_step: Callable, mesh) -> Callable:
-        return create_train_chunk(train_step, self.config.batch_size, mesh)
+        return create_train_chunk(train_step, self.config.run.batch_size, mesh)
 
     def loss(self, model, variables: dict, *, images, labels, keys: StepKeys, kl_weight,
              mutable: list[str]):
         """-> (loss, (terms, updates)): the batch's mean negative bound (the config's
         objective), its noise drawn from the step's key."""
         cfg = self.config
-        noise = objectives.draw_noise(keys.z, model, samples=cfg.importance_samples,
+        noise = objectives.draw_noise(keys.z, model, samples=cfg.objective.importance_samples,
                                       batch=images.shape[0])
         rows, _, updates = objectives.row_terms(
             model, variables, images=images, labels=labels, noise=noise,
-            objective=cfg.objective, kl_weight=kl_weight, train=True,
+            objective=cfg.objective.bound, kl_weight=kl_weight, train=True,
             rngs={"dropout": keys.dropout}, mutable=mutable)
-        loss, terms = objectives.batch_loss(rows, objective=cfg.objective, kl_weight=kl_weight,
-                                            free_bits=cfg.free_bits)
+        loss, terms = objectives.batch_loss(rows, objective=cfg.objective.bound,
+                                            kl_weight=kl_weight,
+                                            free_bits=cfg.objective.free_bits)
         return loss, (terms, updates)
 
     def create_validation_figures(self, model) -> Callable:
@@ -127,17 +128,18 @@ class FewLabels:
 
     @property
     def rows_per_step(self) -> int:
-        return self.config.batch_size - self.config.labelled_per_batch
+        return self.config.run.batch_size - self.config.labels.labelled_per_batch
 
     @property
     def labelled_share(self) -> float:
         """N_l / N: the labelled images' share of the training images."""
-        return self.config.labelled_count / self.num_training
+        return self.config.labels.labelled_count / self.num_training
 
     def check_devices(self, mesh) -> None:
-        if self.config.labelled_per_batch % mesh.size:
-            raise ConfigError(f"labelled_per_batch={self.config.labelled_per_batch}: must be a "
-                              f"multiple of the {mesh.size} devices used for data parallelism")
+        if self.config.labels.labelled_per_batch % mesh.size:
+            raise ConfigError(
+                f"labelled_per_batch={self.config.labels.labelled_per_batch}: must be a "
+                f"multiple of the {mesh.size} devices used for data parallelism")
 
     def adopt(self, state, checkpoint_dir: Path):
         """`state` carrying the run's labelled set; a resumed state must carry the same one."""
@@ -176,14 +178,14 @@ class FewLabels:
         loss, terms = few_labels.semi_supervised_loss(
             outputs, config=self.config, kl_weight=kl_weight,
             labelled_share=self.labelled_share, y_labelled=labels)
-        if self.config.vat_weight > 0:
+        if self.config.labels.vat_weight > 0:
             # On the plain images, labelled and not, through the classifier as it reads at
             # inference (no dropout, BatchNorm's running statistics): the function /classify
             # serves is the one made smooth, and its two readings differ by the offset alone.
             vat = few_labels.virtual_adversarial_loss(
                 lambda x: model.apply(variables, x, method="classify"), images,
-                keys.vat, epsilon=self.config.vat_epsilon)
-            loss = loss + self.config.vat_weight * vat
+                keys.vat, epsilon=self.config.labels.vat_epsilon)
+            loss = loss + self.config.labels.vat_weight * vat
             terms = {**terms, "loss": loss, "virtual_adversarial": vat}
         return loss, (terms, updates)
 
@@ -212,7 +214,7 @@ class FewLabels:
 
 def create_supervision(config: Config, split: TrainValidation) -> FullLabels | FewLabels:
     """The run's supervision, from its `--labels` and its training part."""
-    if config.labelled_count is None:
+    if config.labels.labelled_count is None:
         return FullLabels(config, split.train_labels)
     return FewLabels(config, few_labels.choose_labelled_set(split, config),
                      len(split.train_labels))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cvae.config import Config
+from cvae.config.sections import Config
 from cvae.data.splits import TrainValidation
 from cvae.model import objectives, registry
 from cvae.model.binarization import maybe_binarize
@@ -78,8 +78,8 @@ def evaluate(eval_step: Callable, variables: dict, *, images: jax.Array, labels:
     kl_per_dim = totals["kl_per_dim"] / count
     rest_dims = registry.noise_dim(config) - kl_per_dim.shape[-1]
     counted = objectives.counted_kl(result["kl"], kl_per_dim, float(totals["kl_rest"]) / count,
-                                    rest_dims=rest_dims, free_bits=config.free_bits)
-    result["loss"] = float(result["reconstruction"] + config.kl_weight * counted)
+                                    rest_dims=rest_dims, free_bits=config.objective.free_bits)
+    result["loss"] = float(result["reconstruction"] + config.objective.kl_weight * counted)
     result["neg_elbo"] = result["reconstruction"] + result["kl"]
     result["active_units"] = int(np.sum(kl_per_dim > ACTIVE_UNIT_NATS))
     return result
@@ -96,7 +96,7 @@ def create_validation(model, config: Config, *, split: TrainValidation, mesh,
 
     def validate(state, key) -> dict[str, float]:
         metrics = evaluate(eval_step, state.eval_variables(), images=images, labels=labels,
-                           key=key, batch_size=config.eval_batch_size, config=config)
+                           key=key, batch_size=config.run.eval_batch_size, config=config)
         return {**metrics, **figures(state.eval_variables(), images, labels)}
 
     return validate

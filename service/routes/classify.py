@@ -1,7 +1,7 @@
 """Reading a digit: `POST /classify` answers which digit the model reads in an uploaded picture:
 with its classifier q(y|x) (a model trained with `cvae train --labels N`), or, for a model
-trained with every label, by Bayes' rule, p(y|x) proportional to its bound on p(x|y) (the ten
-labels in one call, fixed draws; `cvae.model.objectives`). The same JSON either way.
+trained with every label, by Bayes' rule, p(y|x) proportional to its bound on p(x|y) (every
+class of the model in one call, fixed draws; `cvae.model.objectives`). The same JSON either way.
 
 The upload is read and prepared exactly as `/transfer` prepares it (service/uploads.py), with
 the same errors. The classifier runs through the sampler's fixed blocks (`Sampler.classify`),
@@ -18,6 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from cvae.data.specs import spec_of
 from service.dependencies import ServedModel
 from service.params import PrepareMode, prepare_mode
 from service.responses import BadParameters
@@ -45,8 +46,9 @@ class ClassifyParams(BaseModel):
 
 
 CLASSIFY_RESPONSES = {
-    200: {"model": Reading, "description": "the ten probabilities, the most probable digit, "
-                                           "and the checkpoint step",
+    200: {"model": Reading, "description": "a probability for each of the served model's "
+                                           "classes, the most probable class, and the "
+                                           "checkpoint step",
           "headers": {"X-Checkpoint-Step": {"description": "the step whose weights read it",
                                             "schema": {"type": "integer"}}}},
     409: {"model": BadParameters, "description": "the served model reads no digits"},
@@ -63,14 +65,14 @@ router = APIRouter()
 async def classify(request: Request, response: Response,
                    params: Annotated[ClassifyParams, Query()], loaded: ServedModel):
     """The digit the model reads in the uploaded picture (the PNG or JPEG file itself, as
-    `/transfer` takes it), with the ten probabilities: its classifier q(y|x), or Bayes' rule
-    on its bounds on p(x|y) for a model trained with every label."""
+    `/transfer` takes it), with a probability for each of its classes: its classifier q(y|x),
+    or Bayes' rule on its bounds on p(x|y) for a model trained with every label."""
     sampler = loaded.sampler
     if sampler.classify_fn is None:
         message = "the served model reads no digits"
         return JSONResponse({"message": message, "detail": [
             {"loc": ["body"], "msg": message, "type": "no_classifier"}]}, status_code=409)
-    spec = sampler.config.spec
+    spec = spec_of(sampler.config.data.dataset)
     prepare = prepare_mode(params.prepare, spec.channels)
     upload = await read_digit(request, prepare, shape=spec.stored_shape)
     if isinstance(upload, JSONResponse):

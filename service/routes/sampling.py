@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from cvae.sampling.walks import DigitWalk, LatentWalk
 from cvae.sampling.grid import grid_columns
 from cvae.sampling.sampler import LatentRequest
+from cvae.data.specs import spec_of
 from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
                                   random_seed)
 from service.params import (SAMPLE_QUERY, InterpolateParams, SampleParams, check_labels,
@@ -33,10 +34,11 @@ async def sample(request: Request, params: Annotated[SampleParams, Depends(sampl
     per class: 8-bit grayscale, or RGB for a colour model; layout as torchvision make_grid."""
     classes = loaded.sampler.classes  # the served model's dataset's labels
     check_labels(len(classes), digit=params.digit)
-    digit = class_label(loaded.sampler.config.spec.class_names, params.label, digit=params.digit)
+    digit = class_label(spec_of(loaded.sampler.config.data.dataset).class_names, params.label,
+                        digit=params.digit)
     digits = classes if digit is None else (digit,)
     cols = grid_columns(digit, params.n, params.cols)
-    shape = loaded.sampler.config.spec.stored_shape
+    shape = spec_of(loaded.sampler.config.data.dataset).stored_shape
     if (refusal := too_large(params, len(digits) * params.n, cols,
                              image_shape=shape)) is not None:
         return refusal
@@ -68,7 +70,8 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
     seed = random_seed() if params.seed is None else params.seed
     classes = loaded.sampler.classes
     check_labels(len(classes), digit=params.digit)
-    digit = class_label(loaded.sampler.config.spec.class_names, params.label, digit=params.digit)
+    digit = class_label(spec_of(loaded.sampler.config.data.dataset).class_names, params.label,
+                        digit=params.digit)
     if params.walk == "latent":
         digits = classes if digit is None else (digit,)
         to_seed = (seed + 1) % RANDOM_SEED_LIMIT if params.to_seed is None else params.to_seed
@@ -78,7 +81,7 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
         work = DigitWalk(seed, digit or 0, params.n, params.temperature, classes)
         cols = params.cols or len(classes)
     count = "steps" if params.walk == "latent" else "n"
-    shape = loaded.sampler.config.spec.stored_shape
+    shape = spec_of(loaded.sampler.config.data.dataset).stored_shape
     if (refusal := too_large(params, work.rows, cols, count, image_shape=shape)) is not None:
         return refusal
     headers = {"X-Checkpoint-Step": str(loaded.step), "X-Seed": str(seed),

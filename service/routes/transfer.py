@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from cvae.sampling.transfer import TransferRequest, transfer_tiles
+from cvae.data.specs import spec_of
 from service.dependencies import ServedModel, cache_control, decode, random_seed
 from service.params import TransferParams, check_labels, class_label, prepare_mode
 from service.responses import (IMAGE_HEADERS, SAMPLE_RESPONSES, BadParameters, encode_png,
@@ -47,9 +48,9 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
     """
     classes = loaded.sampler.classes
     check_labels(len(classes), digits=params.digits)
-    label = class_label(loaded.sampler.config.spec.class_names, params.label)
-    shape = loaded.sampler.config.spec.stored_shape
-    prepare = prepare_mode(params.prepare, loaded.sampler.config.spec.channels)
+    label = class_label(spec_of(loaded.sampler.config.data.dataset).class_names, params.label)
+    shape = spec_of(loaded.sampler.config.data.dataset).stored_shape
+    prepare = prepare_mode(params.prepare, spec_of(loaded.sampler.config.data.dataset).channels)
     digits = params.digits or classes  # omitted: every class of the served model
     cols = params.cols or len(digits) + params.show_input
     tiles = (len(digits) + params.show_input) * max(1, params.samples)
@@ -79,7 +80,8 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
         return result
     images, label = result
     headers["X-Label"] = str(label)
-    headers["X-Label-Name"] = quote(loaded.sampler.config.spec.class_names[label], safe="")
+    headers["X-Label-Name"] = quote(
+        spec_of(loaded.sampler.config.data.dataset).class_names[label], safe="")
     png = await encode_png(transfer_tiles(images, work, show_input=params.show_input), cols,
                            params.scale, params.pad, image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from cvae.config import Config, ConfigError
+from cvae.config.sections import Config
+from cvae.errors import ConfigError
 
 # As the presets below were measured: the source's 10,000 validation digits, evaluated each epoch.
 SPLIT_50K: dict[str, Any] = {"validation_size": 10000, "eval_every": 1}
-# The sampler as the presets below were measured: a mixture of 10 a class, drawn untruncated
-# (the default fits 30 a class to posterior draws and truncates them: docs/model.md).
-MIXTURE_10: dict[str, Any] = {"prior_components": 10, "truncation": 1.0}
+# The sampler as the presets below were measured: drawn untruncated, and where the prior is the
+# fitted mixture, 10 a class (the default fits 30 a class to posterior draws and truncates
+# them: docs/model.md).
+UNTRUNCATED: dict[str, Any] = {"truncation": 1.0}
+MIXTURE_10: dict[str, Any] = {"prior_components": 10, **UNTRUNCATED}
 
 
 def default() -> Config:
@@ -27,20 +30,20 @@ def seed() -> Config:
     """`cvae train --preset seed`: the baseline setup, kept for comparison. MLP 784-256-128-64,
     latent 32, summed MSE (`optax.l2_loss`) Gaussian likelihood, kl_weight 0.5, adamw lr 1e-4
     (constant), batch 16, ReLU. Samples are recognisable but blurry."""
-    return Config(hidden_sizes=(256, 128, 64), latent_dim=32, activation="relu",
-                  likelihood="gaussian", binarization="none", kl_weight=0.5, optimizer="adamw",
-                  learning_rate=1e-4, end_learning_rate=1e-4, lr_schedule="constant",
-                  warmup_steps=0, weight_decay=1e-4, batch_size=16, epochs=10,
-                  label_conditioning="first", prior="standard", pixel_sharpness=1.0, **SPLIT_50K,
-                  **MIXTURE_10)
+    return Config().replace(
+        hidden_sizes=(256, 128, 64), latent_dim=32, activation="relu", likelihood="gaussian",
+        kl_weight=0.5, optimizer="adamw", learning_rate=1e-4, end_learning_rate=1e-4,
+        lr_schedule="constant", warmup_steps=0, weight_decay=1e-4, batch_size=16, epochs=10,
+        label_conditioning="first", prior="standard", pixel_sharpness=1.0, **SPLIT_50K,
+        **UNTRUNCATED)
 
 
 def likelihood() -> Config:
     """`make likelihood`'s first stage (30 minutes on 2 cores with the second): the default but
     MLP 784-512-512 -> 32 latent, the mixture fitted to posterior draws, 640 epochs, rendered at
     sharpness 1.2 (its samples' share of grey pixels is the real digits' there; model.md)."""
-    return Config(hidden_sizes=(512, 512), latent_dim=32, prior_codes="samples", epochs=640,
-                  pixel_sharpness=1.2, **MIXTURE_10)
+    return Config().replace(hidden_sizes=(512, 512), latent_dim=32, prior_codes="samples",
+                            epochs=640, pixel_sharpness=1.2, **MIXTURE_10)
 
 
 def likelihood_dreg() -> Config:
@@ -55,7 +58,7 @@ def conv() -> Config:
     decoder, 100 epochs. Better bounds, sample accuracy and FD than the default (docs/results.md):
     81 s on one H200, about 40 minutes on 2 CPU cores, where a convolution costs many times a
     matrix product."""
-    return Config(architecture="conv", epochs=100)
+    return Config().replace(architecture="conv", epochs=100)
 
 
 def semi() -> Config:
@@ -65,18 +68,19 @@ def semi() -> Config:
     consistent across two shifts of each unlabelled one, is trained virtual-adversarially
     (weight 3, offsets of length 2) and pulled to decisions (entropy minimisation). 15 epochs;
     docs/semi-supervised.md gives the test error, the time and what each lever bought."""
-    return Config(labels="100", classifier_weight=5.0, classifier_shift=2,
-                  consistency_weight=20.0, vat_weight=3.0, vat_epsilon=2.0, entropy_weight=1.0,
-                  epochs=15, pixel_sharpness=1.0, prior_codes="means", **SPLIT_50K,
-                  **MIXTURE_10)
+    return Config().replace(
+        labels="100", classifier_weight=5.0, classifier_shift=2, consistency_weight=20.0,
+        vat_weight=3.0, vat_epsilon=2.0, entropy_weight=1.0, epochs=15, pixel_sharpness=1.0,
+        prior_codes="means", **SPLIT_50K, **MIXTURE_10)
 
 
 def test() -> Config:
     """A CPU-seconds config for tests: tiny MLP, few steps."""
-    return Config(hidden_sizes=(32,), latent_dim=4, batch_size=16, epochs=1, warmup_steps=0,
-                  lr_schedule="constant", steps_per_call=4, eval_batch_size=64,
-                  validation_size=16, eval_every=1, kl_weight=4.0, label_conditioning="first",
-                  prior="standard", prior_codes="means", **MIXTURE_10)
+    return Config().replace(
+        hidden_sizes=(32,), latent_dim=4, batch_size=16, epochs=1, warmup_steps=0,
+        lr_schedule="constant", steps_per_call=4, eval_batch_size=64, validation_size=16,
+        eval_every=1, kl_weight=4.0, label_conditioning="first", prior="standard",
+        **UNTRUNCATED)
 
 
 test.__test__ = False  # a preset, not a pytest test, wherever it is imported

@@ -18,16 +18,16 @@ import sys
 import typing
 from pathlib import Path
 
-from cvae import config as config_lib
-from cvae import config_toml
-from cvae import presets
-from cvae import cli_help, limits
-from cvae.cli_train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
-from cvae.cli_types import add_step_flag, add_truncation_flag, bounded
-from cvae.data.command import add_data_flags, cmd_data
-from cvae.data.specs import largest_label
+from cvae import limits
+from cvae.cli import help as cli_help
+from cvae.config import presets
+from cvae.config import toml as config_toml
+from cvae.config.sections import Config
+from cvae.cli.train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
+from cvae.cli.types import add_step_flag, add_truncation_flag, bounded
+from cvae.cli.data import add_data_flags, cmd_data
 from cvae.errors import USER_ERRORS
-from cvae.export.command import add_export_flags, check_exported, check_step, cmd_export
+from cvae.cli.export import add_export_flags, check_exported, check_step, cmd_export
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
@@ -43,14 +43,17 @@ def add_command(commands, name: str, **extra) -> argparse.ArgumentParser:
                                formatter_class=argparse.RawDescriptionHelpFormatter, **extra)
 
 
-def build_parser(help_preset: str = "default") -> argparse.ArgumentParser:
-    """The `cvae` parser; `cvae train --help` shows `help_preset`'s values as the defaults."""
+def build_parser(help_preset: str = "default", *, config_flags: bool = True
+                 ) -> argparse.ArgumentParser:
+    """The `cvae` parser; `cvae train --help` shows `help_preset`'s values as the defaults.
+    Without `config_flags`, `cvae train` has no setting flags: listing them imports every
+    registered component (and so JAX), which the other commands' help need not wait for."""
     parser = argparse.ArgumentParser(prog="cvae", description=cli_help.DESCRIPTION,
                                      epilog=cli_help.EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_data_command(commands)
-    add_train_command(commands, presets.get_preset(help_preset))
+    add_train_command(commands, presets.get_preset(help_preset) if config_flags else None)
     for add_command_flags in (add_launch_command, add_sample_command, add_eval_command,
                               add_serve_command):
         add_command_flags(commands)
@@ -62,7 +65,7 @@ def add_data_command(commands) -> None:
     add_data_flags(add_command(commands, "data"))
 
 
-def add_train_command(commands, shown: config_lib.Config) -> None:
+def add_train_command(commands, shown: Config | None) -> None:
     train = add_command(commands, "train", usage="cvae train [--preset NAME] [--config "
                         "FILE.toml] [--print-config] [--FLAG VALUE ...]")
     add_train_flags(train, shown)
@@ -89,7 +92,8 @@ def add_sample_command(commands) -> None:
                              "(default checkpoints)")
     add_step_flag(sample)
     which = sample.add_mutually_exclusive_group()  # omit both for one row per class
-    which.add_argument("--digit", type=bounded(int, 0, largest_label()), help="a class by index")
+    which.add_argument("--digit", type=bounded(int, 0, limits.MAX_CLASSES - 1),
+                       help="a class by index (the model's own range is checked once loaded)")
     which.add_argument("--label", metavar="NAME|INDEX",
                        help="the class to draw, by its name in the dataset (dog) or its index")
     sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
@@ -195,7 +199,7 @@ def register_own_dataset(args) -> None:
 
     name = args.dataset
     if name is None and args.config is not None:
-        name = config_toml.read_config_file(args.config)[1].get("dataset")
+        name = config_toml.read_config_file(args.config)[1].get("data.dataset")
     if name is not None:
         register_prepared(args.data_dir, name)
 
@@ -212,7 +216,7 @@ def cmd_train(args) -> int:
     # Training never opens the test files: selection uses the validation split
     # (cvae/data/splits.py). Loaded before the checkpoint dir is made, so data that is refused
     # (too large, or not what the model was trained on) leaves no empty run behind.
-    data = load_dataset(args.data_dir, config.dataset, config.data_source, test=False)
+    data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
 
@@ -286,6 +290,7 @@ def ensure_writable(directory: Path) -> None:
 
 
 def cmd_sample(args) -> int:
+    from cvae.data.specs import spec_of
     from cvae.export.load import open_sampler
     from cvae.sampling.grid import grid_columns, make_grid, save_png
 
@@ -293,8 +298,9 @@ def cmd_sample(args) -> int:
     sampler = open_sampler(args.checkpoint_dir, args.step, truncation=args.truncation)
     digit = args.digit if args.label is None else sampler.class_index(args.label)
     images = sampler.sample_images(digit, args.n, args.seed, temperature=args.temperature)
+    shape = spec_of(sampler.config.data.dataset).stored_shape
     grid = make_grid(images, grid_columns(digit, args.n, args.cols), pad=args.pad,
-                     scale=args.scale, image_shape=sampler.config.spec.stored_shape)
+                     scale=args.scale, image_shape=shape)
     path = save_png(grid, args.out)
     print(f"wrote {path} ({grid.shape[1]}x{grid.shape[0]}, step {sampler.step}, seed {args.seed})")
     return 0
@@ -344,7 +350,7 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample"
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(help_preset(argv)).parse_args(argv)
+    args = build_parser(help_preset(argv), config_flags="train" in argv[:1]).parse_args(argv)
     args.command_line = ["cvae", *argv]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in OWN_LOGGERS:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cvae.cli_types import add_step_flag, add_truncation_flag
+from cvae.cli.types import add_step_flag, add_truncation_flag
+from cvae.export.manifest import step_folders
 
 
 def add_export_flags(export) -> None:
@@ -53,16 +54,6 @@ def check_exported(path: str | Path) -> None:
 
     if is_export(path):
         verify_folder(path)
-
-
-def step_folders(directory: str | Path) -> list[int]:
-    """The step numbers of a checkpoint directory's committed-or-not step folders, newest first
-    (Orbax names a step being written non-numerically); [] when there is no directory."""
-    try:
-        return sorted((int(p.name) for p in Path(directory).iterdir()
-                       if p.name.isdigit() and p.is_dir()), reverse=True)
-    except OSError:
-        return []
 
 
 def check_step(path: str | Path, step) -> None:

@@ -112,24 +112,3 @@ folder is written. `cvae serve` and `cvae sample` accept the folder (docs/export
   cvae export --out exported                   # the newest step of checkpoints/
   cvae export --checkpoint-dir checkpoints-semi --out semi-export --force"""),
 }
-
-# Each config field's group in `cvae train --help` and in the TOML of `--print-config`, in the
-# order they are shown (tests/test_config_file.py checks every field has exactly one).
-CONFIG_GROUPS = {
-    "data": ("dataset", "data_source", "train_limit", "validation_size", "binarization"),
-    "model": ("model", "architecture", "hidden_sizes", "latent_dim", "activation",
-              "label_conditioning", "stochastic_layers", "upper_latent_dim", "likelihood",
-              "logvar_bound", "dropout_rate", "batch_norm", "pixel_sharpness", "truncation"),
-    "objective and prior": ("kl_weight", "kl_schedule", "kl_warmup_steps", "free_bits",
-                            "objective", "importance_samples", "prior", "prior_components",
-                            "pseudo_inputs", "prior_codes"),
-    "few labels": ("labels", "classifier_weight", "labelled_per_batch", "classifier_shift",
-                   "consistency_weight", "entropy_weight", "vat_weight", "vat_epsilon"),
-    "optimizer and schedule": ("optimizer", "learning_rate", "end_learning_rate", "lr_schedule",
-                               "warmup_steps", "weight_decay", "momentum", "grad_clip_norm",
-                               "accumulation_steps", "ema_decay", "freeze", "schedule_epochs"),
-    "run and checkpoints": ("seed", "batch_size", "epochs", "max_steps", "eval_every",
-                            "eval_batch_size", "early_stopping_patience",
-                            "early_stopping_min_delta", "keep_checkpoints"),
-    "devices and processes": ("steps_per_call",),
-}

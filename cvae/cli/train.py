@@ -1,23 +1,28 @@
 """`cvae train`'s flags and the config they give: a preset, then a `--config` TOML file, then one
-flag per config field, grouped by concern (`cli_help.CONFIG_GROUPS`) with the field's doc as its
-help. Standard library and the config modules only, so `--help` and a bad value answer at once.
+flag per setting, grouped as the config nests them (a section, a component's options), with the
+setting's doc as its help. Nothing is written twice: the flags, their groups and their help
+all come from `cvae.config`'s sections and the registered components' options.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import typing
 
-from cvae import cli_help, config_toml, presets
-from cvae import config as config_lib
-from cvae.cli_types import bounded
+from cvae.cli.types import bounded
+from cvae.config import components, flat, presets
+from cvae.config import toml as config_toml
+from cvae.config.sections import Config
+from cvae.config.settings import choices, coerce
+from cvae.data.specs import check_config
 
 PRINTED_HEADER = ("Every field of a cvae train config (docs/configuration.md). Train it with\n"
                   "cvae train --config THIS_FILE; flags given beside --config override it.")
 
 
-def add_train_flags(train: argparse.ArgumentParser, shown: config_lib.Config) -> None:
+def add_train_flags(train: argparse.ArgumentParser, shown: Config | None) -> None:
     """`cvae train`'s flags: where the config comes from, the run's folders and switches, then
     one flag per config field in its group, `shown`'s values as the defaults."""
     train.add_argument("--preset", choices=tuple(presets.PRESETS),
@@ -39,35 +44,80 @@ def add_train_flags(train: argparse.ArgumentParser, shown: config_lib.Config) ->
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--debug-nans", action="store_true", help="jax_debug_nans: fail at the op")
     train.add_argument("--disable-jit", action="store_true", help="run eagerly (slow; debugging)")
-    add_distributed_flags(add_config_flags(train, shown)["devices and processes"])
+    if shown is not None:
+        add_config_flags(train, shown)
+    add_distributed_flags(train.add_argument_group("processes"))
 
 
-def add_config_flags(parser: argparse.ArgumentParser, shown: config_lib.Config) -> dict:
-    """One flag per config field in its group (`cli_help.CONFIG_GROUPS`), its help the field's
-    doc and `shown`'s value (the --preset given); choices come from its Literal type. Returns
-    the groups by title."""
-    groups = {}
-    for title, names in cli_help.CONFIG_GROUPS.items():
-        groups[title] = parser.add_argument_group(title)
-        for name in names:
-            add_config_flag(groups[title], name, getattr(shown, name))
+def add_config_flags(parser: argparse.ArgumentParser, shown: Config) -> dict:
+    """One flag per setting, by its flat name (`cvae.config.flat`), in a group per section and
+    per component's options, as the config nests them; its help the setting's doc and
+    `shown`'s value (the --preset given). Returns the groups by title."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    current = shown.leaves()
+    for name, path in sorted(flat.flat_names(Config).items(),
+                             key=lambda item: list(flat.all_leaves(Config)).index(item[1])):
+        leaf = flat.all_leaves(Config)[path]
+        title = _group_title(leaf)
+        if title not in groups:
+            groups[title] = parser.add_argument_group(title, _group_description(leaf))
+        add_config_flag(groups[title], name, leaf, default=current.get(path, _own_default(leaf)))
     return groups
 
 
-def add_config_flag(group, name: str, default) -> None:
-    flag = config_lib.flag(name)
-    hint = config_lib.HINTS[name]
+def _group_title(leaf: flat.Leaf) -> str:
+    section = leaf.path.split(".")[0]
+    if not leaf.components:
+        return section
+    return f"{section} options ({', '.join(leaf.components)})"
+
+
+def _group_description(leaf: flat.Leaf) -> str | None:
+    if leaf.components:
+        return (f"Options of the {leaf.path.split('.')[0]} {' or '.join(leaf.components)} "
+                f"only.")
+    return inspect.getdoc(leaf.owner).split(": ", 1)[-1].replace("\n", " ")
+
+
+def _own_default(leaf: flat.Leaf):
+    """A component option's default where the shown config names another component."""
+    field = next(f for f in dataclasses.fields(leaf.owner) if f.name == leaf.field)
+    return field.default
+
+
+def add_config_flag(group, name: str, leaf: flat.Leaf, *, default) -> None:
+    flag = "--" + name.replace("_", "-")
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    help_text = f"{config_lib.field_doc(name)} (default {shown})"
+    kind = leaf.path.split(".")[0]
+    if leaf.field == "name" and kind in components.KINDS:
+        listed = components.names(kind)
+        about = {"model": "The model family", "prior": "The prior p(z|y)",
+                 "likelihood": "The likelihood p(x|z,y)"}[kind]
+        group.add_argument(flag, choices=listed, default=None, metavar=kind.upper(),
+                           help=f"{about}: {_component_lines(kind)} (default {shown})")
+        return
+    hint = leaf.hint
+    help_text = f"{leaf.doc} (default {shown})"
     if hint is bool:
         group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                            help=help_text)
-    elif name in config_lib.CHOICES:
-        group.add_argument(flag, choices=config_lib.CHOICES[name], default=None, help=help_text)
+    elif choices(hint):
+        group.add_argument(flag, choices=choices(hint), default=None, help=help_text)
     else:
         metavar = ("N,N,..." if typing.get_origin(hint) is tuple else
                    {int: "N", float: "X"}.get(hint, name.upper()))
         group.add_argument(flag, default=None, metavar=metavar, help=help_text)
+
+
+def _component_lines(kind: str) -> str:
+    """Each registered component of `kind` and the first sentence of its doc."""
+    return "; ".join(f"{name} ({_first_sentence(components.component(kind, name))})"
+                     for name in components.names(kind))
+
+
+def _first_sentence(cls: type) -> str:
+    text = " ".join((inspect.getdoc(cls) or "").split())
+    return text.split(". ")[0].split(": ")[0].rstrip(".")
 
 
 def add_distributed_flags(group) -> None:
@@ -90,15 +140,19 @@ def add_distributed_flags(group) -> None:
                             f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
 
 
-def config_from_args(args: argparse.Namespace) -> config_lib.Config:
-    """The preset's config, then the --config file's fields, then the flags given."""
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The preset's config, then the --config file's settings, then the flags given (a
+    component's option is refused unless the config names that component)."""
+    leaves = flat.all_leaves(Config)
     changes = {}
-    for field in dataclasses.fields(config_lib.Config):
-        value = getattr(args, field.name, None)
+    for name, path in flat.flat_names(Config).items():
+        value = getattr(args, name, None)
         if value is not None:
-            changes[field.name] = config_lib.coerce(config_lib.HINTS[field.name], value,
-                                                    field.name)
-    return config_toml.load_config(args.preset, args.config, changes)
+            changes[name] = coerce(str if leaves[path].field == "name" else leaves[path].hint,
+                                   value, name)
+    config = config_toml.load_config(args.preset, args.config, changes)
+    check_config(config)
+    return config
 
 
 def help_preset(argv: list[str]) -> str:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 
 from cvae import limits
-from cvae.cli_types import bounded
-from cvae.data.specs import SPECS
+from cvae.cli.types import bounded
+from cvae.data.specs import DEFAULT_TEST_FRACTION, SPECS
 from cvae.errors import DataError
 
-DEFAULT_TEST_FRACTION = 0.2
 MAX_SIDE = 4096  # pixels of --image-size's height or width
 
 

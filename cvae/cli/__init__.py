@@ -1,0 +1,1 @@
+"""The `cvae` command line: its parser, help texts and flag types; above every stage."""
