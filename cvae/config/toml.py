@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import textwrap
 import tomllib
 import typing
 from pathlib import Path
@@ -40,9 +41,11 @@ def to_toml(config: Config, *, header: str = "") -> str:
     for table, values in _tables(config.to_dict()):
         lines += ["", f"[{table}]"]
         for name, value in values.items():
-            doc = leaves[f"{table}.{name}"].doc if f"{table}.{name}" in leaves else ""
-            lines += [f"# {doc}" if doc else "", f"{name} = {toml_value(value)}"]
-    return "\n".join(line for line in lines if line != "").lstrip("\n") + "\n"
+            leaf = leaves.get(f"{table}.{name}")
+            if leaf is not None and leaf.doc:
+                lines += [f"# {line}" for line in textwrap.wrap(leaf.doc, 96)]
+            lines.append(f"{name} = {toml_value(value)}")
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def _tables(nested: dict[str, Any], prefix: str = ""):
