@@ -67,7 +67,7 @@ def semi() -> Config:
     and the rest of the 50,000 without their labels; q(y|x) reads shifted digits, is held
     consistent across two shifts of each unlabelled one, is trained virtual-adversarially
     (weight 3, offsets of length 2) and pulled to decisions (entropy minimisation). 15 epochs;
-    docs/semi-supervised.md gives the test error, the time and what each lever bought."""
+    docs/semi-supervised.md gives the test error, the time and what each setting bought."""
     return Config().replace(
         labels="100", classifier_weight=5.0, classifier_shift=2, consistency_weight=20.0,
         vat_weight=3.0, vat_epsilon=2.0, entropy_weight=1.0, epochs=15, pixel_sharpness=1.0,
