@@ -12,8 +12,9 @@ coordination between them.
 
 The directory is only read: Orbax's `CheckpointManager` may delete steps and is not safe to
 share between processes, so readers go through `cvae.sampling.sampler.load_sampler`'s read-only
-path. A corrupt or half-written newest step is skipped, logged and named in `note`; a step that
-vanishes while being read is tolerated.
+path. A corrupt or half-written newest step is skipped, logged and named in `note`, and tried
+again once its files change (an export still being copied in); a step that vanishes while
+being read is tolerated.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from cvae.errors import CheckpointError, StepNotFound
 from cvae.export.manifest import step_folders
 from cvae.export.load import exported_step, open_sampler
-from cvae.export.manifest import MANIFEST, is_export
+from cvae.export.manifest import is_export
 from cvae.sampling.blocks import ROW_BY_ROW
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents
@@ -50,7 +51,7 @@ class Loaded:
 
     sampler: Sampler
     step: int
-    mtime_ns: int  # of the step folder, to notice a step rewritten under the same number
+    version: int  # `step_version`: to notice a step rewritten under the same number
     loaded_at: float
     # sha256 of the weights, the config, JAX version and backend: what decides a seeded PNG's
     # bytes besides the request, so replicas serving equal weights give equal ETags.
@@ -81,9 +82,20 @@ def list_steps(directory: Path) -> list[int]:
         return []
 
 
-def step_path(directory: Path, step: int) -> Path:
-    """What changes when `step` is rewritten: its folder, or an exported folder's manifest."""
-    return directory / MANIFEST if is_export(directory) else directory / str(step)
+def step_version(directory: Path, step: int) -> int | None:
+    """What changes when `step` is rewritten, or while it is still being written (None: it is
+    gone): its folder's mtime; for an exported folder, every file's name, size and mtime. Not
+    the manifest's alone: files copied in one by one (`kubectl cp`, tar) may bring it first,
+    its mtime already final, so a load refused for a file not yet whole would never be tried
+    again (docs/service-deployment.md: copy under a temporary name, then rename)."""
+    if not is_export(directory):
+        return _mtime_ns(directory / str(step))
+    try:
+        files = sorted((path.name, path.stat().st_size, path.stat().st_mtime_ns)
+                       for path in directory.iterdir() if path.is_file())
+    except OSError:  # a file vanished while listing
+        return None
+    return int.from_bytes(hashlib.sha256(repr(files).encode()).digest()[:8], "big")
 
 
 def _mtime_ns(path: Path) -> int | None:
@@ -111,8 +123,8 @@ def warm_up(sampler: Sampler) -> None:
 def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:
     """Read, compile and fingerprint one step (slow: seconds), drawing at `truncation` (None:
     the run's own)."""
-    mtime = _mtime_ns(step_path(directory, step))
-    if mtime is None:
+    version = step_version(directory, step)
+    if version is None:
         raise FileNotFoundError(f"step {step} vanished")
     sampler = open_sampler(directory, step, truncation=truncation)
     warm_up(sampler)
@@ -125,7 +137,7 @@ def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:
     if sampler.dropped_classify_blocks:
         log.info("classify blocks of %s rows give other bits with this machine's kernels; "
                  "using %s", sampler.dropped_classify_blocks, sampler.classify_block_sizes)
-    return Loaded(sampler, step, mtime, time.time(), fingerprint(sampler))
+    return Loaded(sampler, step, version, time.time(), fingerprint(sampler))
 
 
 StepHook = Callable[[str, int], None]  # ("loaded" | "failed", step), for metrics
@@ -145,7 +157,7 @@ class CheckpointWatcher:
         self._ranked: tuple[tuple, int | None, str | None] = ((), None, None)  # best_of's cache
         self._unwanted: str | None = None  # why no step is chosen, when none is
         self.note: str | None = None  # why not ready, or which newer step was skipped
-        self.failed: dict[tuple[int, int], str] = {}  # (step, mtime_ns) -> reason
+        self.failed: dict[tuple[int, int], str] = {}  # (step, step_version) -> reason
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._poll, name="cvae-checkpoints", daemon=True)
@@ -160,7 +172,7 @@ class CheckpointWatcher:
         steps = list_steps(self.directory)
         current = self.current
         unchanged = (current is not None
-                     and _mtime_ns(step_path(self.directory, current.step)) == current.mtime_ns)
+                     and step_version(self.directory, current.step) == current.version)
         candidates = self.chosen(steps)
         if unchanged:
             candidates = [s for s in candidates
@@ -186,7 +198,7 @@ class CheckpointWatcher:
     def best_of(self, steps: list[int]) -> int | None:
         """The best step, ranked by Orbax as the writer ranks them (`cvae.model.store`); ranked
         again only when the step folders change, since it reads every step's metrics."""
-        key = tuple((s, _mtime_ns(step_path(self.directory, s))) for s in steps)
+        key = tuple((s, step_version(self.directory, s)) for s in steps)
         if key != self._ranked[0]:
             best, why = None, None
             if is_export(self.directory):
@@ -206,7 +218,7 @@ class CheckpointWatcher:
 
     def _try_load(self, step: int) -> str | None:
         """Loads and swaps in `step`; returns None, or why it could not."""
-        key = (step, _mtime_ns(step_path(self.directory, step)))
+        key = (step, step_version(self.directory, step))
         if key[1] is None:
             return "vanished"
         if key in self.failed:

@@ -35,7 +35,7 @@ import numpy as np
 
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize, scores_levels
-from cvae.model.objectives import sampling_log_weights_fn
+from cvae.model.objectives import iwae_bound, sampling_log_weights_fn
 
 def sample_noise(key: jax.Array, index: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """The standard-normal noise of importance sample `index`: depends on (key, index) only."""
@@ -78,7 +78,7 @@ def create_iwae_fn(model, num_samples: int, *, chunk: int = 100) -> Callable:
             return jnp.where((chunk_indices < num_samples)[:, None], weights, -jnp.inf)
 
         weights = jax.lax.map(body, indices).reshape(padded, -1)
-        return jax.nn.logsumexp(weights, axis=0) - jnp.log(float(num_samples))
+        return iwae_bound(weights, samples=num_samples)
 
     return iwae
 
@@ -106,7 +106,7 @@ def create_label_table_fn(model, num_samples: int, *, chunk: int = 10) -> Callab
             return jnp.where((chunk_indices < num_samples)[:, None], weights, -jnp.inf)
 
         weights = jax.lax.map(body, indices).reshape(padded, -1)
-        bounds = jax.nn.logsumexp(weights, axis=0) - jnp.log(float(num_samples))
+        bounds = iwae_bound(weights, samples=num_samples)
         return bounds.reshape(rows, classes)
 
     return table

@@ -24,7 +24,6 @@ From them:
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -50,9 +49,17 @@ def log_weights(terms: Terms, kl_weight=1.0) -> jax.Array:
     return terms.log_px + kl_weight * (terms.log_pz - terms.log_qz)
 
 
-def iwae_bound(log_w: jax.Array) -> jax.Array:
-    """logsumexp_k log w_k - log K: f32[K, B] -> f32[B]."""
-    return jax.nn.logsumexp(log_w, axis=0) - math.log(log_w.shape[0])
+def iwae_bound(log_w: jax.Array, *, samples: int | None = None) -> jax.Array:
+    """logsumexp_k log w_k - log K: f32[K', B] -> f32[B]. `samples`: K where the K' rows hold
+    K draws and padding at -inf (evaluation's chunks); default K = K'."""
+    return jax.nn.logsumexp(log_w, axis=0) - jnp.log(float(samples or log_w.shape[0]))
+
+
+def first_draw_elbo(terms: Terms) -> tuple[jax.Array, jax.Array]:
+    """(-log p(x|z,y), the KL) of the first draw, f32[B] each: the ELBO's two terms, its KL
+    the closed-form dimensions' summed plus the rest's estimate."""
+    first = jax.tree.map(lambda a: a[0], terms)
+    return -first.log_px, first.kl_dims.sum(axis=-1) + first.kl_rest
 
 
 def normalized_weights(log_w: jax.Array) -> jax.Array:
@@ -92,8 +99,7 @@ def row_terms(model, variables: dict, *, images, labels, noise, objective: str, 
 
     (terms, extra), updates = model.apply(variables, method=forward, rngs=rngs, mutable=mutable)
     first = jax.tree.map(lambda a: a[0], terms)
-    rec = -first.log_px
-    kl = first.kl_dims.sum(axis=-1) + first.kl_rest
+    rec, kl = first_draw_elbo(terms)
     rest = model.noise_dim - first.kl_dims.shape[-1]
     if objective == "elbo":
         rows = RowTerms(rec + kl_weight * kl, rec, kl, first.kl_dims, first.kl_rest, -(rec + kl),

@@ -41,9 +41,9 @@ def create_eval_step(model, config: Config) -> Callable:
         noise = objectives.draw_noise(z_key, model, samples=1, batch=x.shape[0])
         terms = model.apply(variables, x, batch["label"], noise, method="terms")
         first = jax.tree.map(lambda a: a[0], terms)
-        kl = first.kl_dims.sum(axis=-1) + first.kl_rest
+        reconstruction, kl = objectives.first_draw_elbo(terms)
         return {
-            "reconstruction": jnp.sum(-first.log_px * mask),
+            "reconstruction": jnp.sum(reconstruction * mask),
             "kl": jnp.sum(kl * mask),
             "kl_per_dim": jnp.sum(first.kl_dims * mask[:, None], axis=0),
             "kl_rest": jnp.sum(first.kl_rest * mask),
