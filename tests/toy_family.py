@@ -74,12 +74,14 @@ class Toy(Family):
         mean, logvar = self.encode(images, labels)
         logits = self.decode(z, jnp.broadcast_to(labels, z.shape[:-1]))
         log_px = -densities.reconstruction(logits, jnp.broadcast_to(images, logits.shape),
-                                           self.config.likelihood.name)
+                                           self.config.likelihood,
+                                           channels=self.data.channels)
         return sampled_terms(log_px, self.log_prior(z, labels, sampling=sampling_prior),
                              densities.gaussian_log_density(z, mean, logvar))
 
     def reconstruct(self, images, labels):
         mean, logvar = self.encode(images, labels)
         neg_elbo = densities.reconstruction(self.decode(mean, labels), images,
-                                            self.config.likelihood.name)
+                                            self.config.likelihood,
+                                           channels=self.data.channels)
         return mean, logvar, neg_elbo + densities.kl_per_dimension(mean, logvar).sum(-1)

@@ -31,7 +31,8 @@ REGISTRY: dict[str, dict[str, str]] = {
               "learned_mixture": "cvae.model.priors:LearnedMixture"},
     "likelihood": {"bernoulli": "cvae.model.likelihoods:Bernoulli",
                    "gaussian": "cvae.model.likelihoods:Gaussian",
-                   "logistic": "cvae.model.likelihoods:Logistic"},
+                   "logistic": "cvae.model.likelihoods:Logistic",
+                   "logistic_mixture": "cvae.model.likelihoods:LogisticMixture"},
 }
 ENVIRONMENT = {"model": "CVAE_MODEL_FAMILIES", "prior": "CVAE_PRIORS",
                "likelihood": "CVAE_LIKELIHOODS"}
@@ -109,6 +110,8 @@ class Component:
         values, the others take `name`'s defaults."""
         if name == self.name:
             return self
+        if name not in names(self.KIND):
+            raise ConfigError(f"{self.KIND}={name!r}: allowed {', '.join(names(self.KIND))}")
         kept = as_dict(self.options)
         target = options_class(self.KIND, name)
         same = {f.name: getattr(self.options, f.name) for f in dataclasses.fields(target)

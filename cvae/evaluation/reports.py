@@ -51,7 +51,8 @@ def report_shapes(num_classes: int) -> dict[str, tuple[int, int]]:
 def _decode_soft(model, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
     logits = model.apply(variables, z, onehot, method="decode_onehot")
     return np.asarray(pixel_means(logits, model.config.drawing.pixel_sharpness,
-                                  likelihood=model.config.likelihood.name)).reshape(
+                                  likelihood=model.config.likelihood,
+                                  channels=model.data.channels)).reshape(
         -1, *model.data.stored_shape)
 
 

@@ -88,8 +88,9 @@ def onnx_functions(sampler) -> list[Portable]:
 
     def sample(noise, labels):
         logits = model.apply(variables, noise, labels, onnx_prior_sample, method="generate")
-        return pixel_means(logits, config.drawing.pixel_sharpness, likelihood=config.likelihood.name
-                           ).reshape(-1, *spec_of(config.data.dataset).stored_shape)
+        spec = spec_of(config.data.dataset)
+        return pixel_means(logits, config.drawing.pixel_sharpness, likelihood=config.likelihood,
+                           channels=spec.channels).reshape(-1, *spec.stored_shape)
 
     fns = {"sample": sample,
            "encode": lambda images, labels: sampler.encode_fn(variables, images, labels),

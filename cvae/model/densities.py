@@ -7,9 +7,10 @@ of 8-bit data (Salimans et al. 2017, PixelCNN++; Kingma et al. 2016, IAF): one l
 value, its mass on each level the CDF's difference across the level's bin, the two edge bins
 reaching to -inf and +inf, so the 256 masses sum to 1.
 
-The decoder's outputs per image are `outputs_per_value(likelihood)` times the image's values:
-one logit a value, or for the logistic the means f32[..., P] followed by the log-scales
-f32[..., P] (both in units of intensity, [0, 1] = levels 0..255). Which likelihood does what
+The decoder's outputs per image are `output_channels(likelihood, C)` a pixel location: one
+logit a value; for the logistic the means f32[..., P] followed by the log-scales f32[..., P]
+(both in units of intensity, [0, 1] = levels 0..255); for the logistic mixture each location's
+weights, means, scales and couplings together. Which likelihood does what
 is its registered class's to say (`cvae.model.likelihoods`); the functions here take its name.
 """
 
@@ -55,16 +56,27 @@ def gaussian_kl(q: tuple, p: tuple) -> jax.Array:
                   + (jnp.exp(q_logvar) + jnp.square(q_mean - p_mean)) * jnp.exp(-p_logvar))
 
 
-def outputs_per_value(likelihood: str) -> int:
-    """Decoder outputs per image value: a logit, or the logistic's mean and log-scale."""
-    return components.component("likelihood", likelihood).outputs_per_value
+def _likelihood(likelihood):
+    """(the registered class, its options) of a likelihood section or a likelihood's name (its
+    default options)."""
+    if isinstance(likelihood, str):
+        cls = components.component("likelihood", likelihood)
+        return cls, cls.Options()
+    return likelihood.component, likelihood.options
 
 
-def pixel_means(logits: jax.Array, sharpness: float = 1.0, *,
-                likelihood: str = "bernoulli") -> jax.Array:
-    """Decoder outputs f32[..., k * P] -> pixel intensities f32[..., P] in [0, 1], as the
-    likelihood renders them at `sharpness` (`cvae.model.likelihoods`)."""
-    return components.component("likelihood", likelihood).means(logits, sharpness)
+def output_channels(likelihood, channels: int) -> int:
+    """Decoder outputs per pixel location of an image with `channels` channels."""
+    cls, options = _likelihood(likelihood)
+    return cls.output_channels(options, channels)
+
+
+def pixel_means(logits: jax.Array, sharpness: float = 1.0, *, likelihood="bernoulli",
+                channels: int = 1) -> jax.Array:
+    """Decoder outputs f32[..., M * H * W] -> pixel intensities f32[..., P] in [0, 1], as the
+    likelihood (a section, or a name) renders them at `sharpness` (`cvae.model.likelihoods`)."""
+    cls, options = _likelihood(likelihood)
+    return cls.means(logits, sharpness, options=options, channels=channels)
 
 
 def logistic_parameters(outputs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -95,11 +107,14 @@ def discretized_logistic_log_mass(targets: jax.Array, means: jax.Array,
                      jnp.where(level >= MAX_LEVEL, log_survival_lower, interior))
 
 
-def reconstruction(logits: jax.Array, targets: jax.Array, likelihood: str) -> jax.Array:
-    """-log p(x | z, y) per example: decoder outputs f32[..., k * P] and targets f32[..., P]
-    -> f32[...]. The logistic's is in nats of the 8-bit levels themselves."""
-    per_value = components.component("likelihood", likelihood).negative_log_likelihood
-    return per_value(logits, targets).sum(axis=-1)
+def reconstruction(logits: jax.Array, targets: jax.Array, likelihood, *,
+                   channels: int = 1) -> jax.Array:
+    """-log p(x | z, y) per example: decoder outputs f32[..., M * H * W] and targets
+    f32[..., P] -> f32[...], under the likelihood (a section, or a name). The logistics' are in
+    nats of the 8-bit levels themselves."""
+    cls, options = _likelihood(likelihood)
+    return cls.negative_log_likelihood(logits, targets, options=options,
+                                       channels=channels).sum(axis=-1)
 
 
 def bits_per_dim(nats, values: int):

@@ -254,7 +254,8 @@ class Ladder(Family):
 
     def _terms(self, images, labels, *, logits, layers, sampling_prior) -> Terms:
         targets = jnp.broadcast_to(images, logits.shape[:-1] + images.shape[-1:])
-        log_px = -densities.reconstruction(logits, targets, self.config.likelihood.name)
+        log_px = -densities.reconstruction(logits, targets, self.config.likelihood,
+                                           channels=self.data.channels)
         *lower, top = layers
         log_q = [densities.gaussian_log_density(t.z, t.q_mean, t.q_logvar) for t in layers]
         log_p_lower = [densities.gaussian_log_density(t.z, t.p_mean, t.p_logvar) for t in lower]
@@ -301,6 +302,7 @@ class Ladder(Family):
         logits, layers = self._pass(images, labels, zeros, train=False)
         kl = sum(densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar)).sum(-1)
                  for t in layers)
-        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood.name) + kl
+        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood,
+                                           channels=self.data.channels) + kl
         top = layers[-1]
         return top.q_mean[0], top.q_logvar[0], neg_elbo[0]

@@ -18,7 +18,7 @@ from cvae.config.sections import Config
 from cvae.data.specs import DatasetSpec
 from cvae.errors import ConfigError
 from cvae.model import convolution
-from cvae.model.densities import outputs_per_value
+from cvae.model.densities import output_channels
 
 ACTIVATION_FNS: dict[str, Callable] = {
     "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu, "tanh": jnp.tanh,
@@ -102,13 +102,13 @@ def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.
 
 
 def output_width(config: Config, data: DatasetSpec) -> int:
-    """The decoder's outputs per image: the likelihood's parameters for every value."""
-    return data.pixels * outputs_per_value(config.likelihood.name)
+    """The decoder's outputs per image: the likelihood's parameters for every location."""
+    return data.height * data.width * output_channels(config.likelihood, data.channels)
 
 
 def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
-    """The last hidden layer f32[..., B, W] -> decoder outputs f32[..., B, k * P]
-    (`output_width`; k parameters a value, each parameter's P values together): one dense
+    """The last hidden layer f32[..., B, W] -> decoder outputs f32[..., B, M * H * W]
+    (`output_width`; M outputs a location, laid out as the likelihood says): one dense
     layer, or with `architecture="conv"` a dense map at a quarter of the side and two transposed
     convolutions. Call it inside a module's compact method."""
     if config.model.options.architecture != "conv":
@@ -120,9 +120,11 @@ def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
     h = act(nn.Dense(side_h * side_w * deepest)(h)).reshape(-1, side_h, side_w, deepest)
     for features in CONV_FEATURES[-2::-1]:
         h = act(convolution.ConvTranspose(features)(h))
-    per_value = outputs_per_value(config.likelihood.name)
-    h = convolution.ConvTranspose(data.channels * per_value)(h)
-    if per_value > 1:  # [N, H, W, k * C] -> [N, k, H, W, C]: each parameter's image together
+    per_location = output_channels(config.likelihood, data.channels)
+    h = convolution.ConvTranspose(per_location)(h)
+    per_value = per_location // data.channels
+    if config.likelihood.component.parameter_major and per_value > 1:
+        # [N, H, W, k * C] -> [N, k, H, W, C]: each parameter's image together
         h = jnp.moveaxis(h.reshape(*h.shape[:-1], per_value, data.channels), -2, 1)
     return h.reshape(*lead, output_width(config, data))
 

@@ -137,7 +137,8 @@ class OneLatent(Family):
         k, b = z.shape[:2]
         logits = self.decode(z.reshape(k * b, -1), jnp.tile(labels, k), train=train)
         log_px = -densities.reconstruction(logits, jnp.tile(images, (k, 1)),
-                                           self.config.likelihood.name).reshape(k, b)
+                                           self.config.likelihood,
+                                           channels=self.data.channels).reshape(k, b)
         log_qz = densities.gaussian_log_density(z, mean, logvar)
         log_pz = self.log_prior(z, labels, sampling=sampling_prior)
         if sampling_prior or self.prior.learned:
@@ -150,7 +151,8 @@ class OneLatent(Family):
         and lowest for the label that explains the image best."""
         mean, logvar = self.encode(images, labels)
         logits = self.decode(mean, labels)
-        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood.name) + \
+        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood,
+                                           channels=self.data.channels) + \
             densities.kl_per_dimension(mean, logvar).sum(axis=-1)
         return mean, logvar, neg_elbo
 

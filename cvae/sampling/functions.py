@@ -29,13 +29,14 @@ def create_decode_fn(model, config: Config, *, codes: bool = False) -> Callable:
     layers below at their means.
     """
     method = "decode" if codes else "generate"
-    shape = spec_of(config.data.dataset).stored_shape
+    spec = spec_of(config.data.dataset)
+    shape = spec.stored_shape
 
     @jax.jit
     def decode(variables, z, labels):
         logits = model.apply(variables, z, labels, method=method)
         pixels = pixel_means(logits, config.drawing.pixel_sharpness,
-                             likelihood=config.likelihood.name)
+                             likelihood=config.likelihood, channels=spec.channels)
         return pixels.reshape(-1, *shape)
 
     return decode

@@ -1,0 +1,84 @@
+"""The discretised logistic mixture (PixelCNN++'s, `cvae.model.likelihoods.LogisticMixture`):
+a density over the 256 levels of each pixel, its colour channels coupled."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from cvae.config import presets
+from cvae.config.sections import Config
+from cvae.model import densities
+from cvae.model.likelihoods import LogisticMixture, MixtureOptions
+
+LEVELS = jnp.arange(256, dtype=jnp.float32) / 255.0
+
+
+def mixture_section(components: int):
+    return Config().replace(likelihood="logistic_mixture",
+                            mixture_components=components).likelihood
+
+
+def test_one_component_of_one_channel_is_the_single_logistic():
+    outputs = jax.random.normal(jax.random.key(0), (4, 3 * 5))  # 5 locations: logit, mean, scale
+    per_location = outputs.reshape(4, 5, 3)
+    targets = jax.random.randint(jax.random.key(1), (4, 5), 0, 256) / 255.0
+    single = jnp.concatenate([per_location[..., 1], per_location[..., 2]], axis=-1)
+    np.testing.assert_allclose(
+        densities.reconstruction(outputs, targets, mixture_section(1)),
+        densities.reconstruction(single, targets, "logistic"), rtol=1e-6)
+
+
+def test_each_grey_pixel_is_a_distribution_over_the_levels():
+    options = MixtureOptions(mixture_components=3)
+    outputs = jax.random.normal(jax.random.key(2), (3 * 3,)) * 2.0  # one location
+    nll = jax.vmap(lambda level: LogisticMixture.negative_log_likelihood(
+        outputs, level[None], options=options, channels=1))(LEVELS)
+    assert float(jnp.exp(-nll).sum()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_each_colour_pixel_is_a_distribution_over_the_level_cube():
+    """All 256^3 colours of one pixel: the coupled masses sum to 1."""
+    options = MixtureOptions(mixture_components=2)
+    outputs = jax.random.normal(jax.random.key(3), (2 * (1 + 6 + 3),))
+    red, green, blue = jnp.meshgrid(LEVELS, LEVELS, LEVELS, indexing="ij")
+    colours = jnp.stack([red, green, blue], -1).reshape(-1, 3)
+    nll = jax.lax.map(lambda rows: jax.vmap(lambda colour: LogisticMixture.
+                                             negative_log_likelihood(outputs, colour,
+                                                                     options=options,
+                                                                     channels=3))(rows),
+                      colours.reshape(256, -1, 3))
+    assert float(jnp.exp(-nll).sum()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_the_coupling_moves_green_with_red():
+    """With a coupling, the likeliest green level follows the red value it is scored with."""
+    options = MixtureOptions(mixture_components=1)
+    # one location: logit, means (r, g, b), log-scales, couplings (alpha, beta, gamma)
+    outputs = jnp.array([0.0, 0.2, 0.2, 0.2, -4.0, -4.0, -4.0, 3.0, 0.0, 0.0])
+    alpha = float(jnp.tanh(3.0))
+
+    def best_green(red):
+        scores = jax.vmap(lambda g: LogisticMixture.negative_log_likelihood(
+            outputs, jnp.array([red, g, 0.2]), options=options, channels=3))(LEVELS)
+        return float(LEVELS[jnp.argmin(scores)])
+
+    assert best_green(0.0) == pytest.approx(0.2, abs=1 / 255)
+    assert best_green(0.5) == pytest.approx(0.2 + alpha * 0.5, abs=1 / 255)
+
+
+def test_a_model_trains_on_it_and_renders_pixels(tmp_path):
+    from cvae.data.synthetic import synthetic_dataset
+    from cvae.sampling.sampler import load_sampler
+    from cvae.training.callbacks import Checkpointer
+    from cvae.training.loop import train_and_evaluate
+
+    config = presets.test().replace(likelihood="logistic_mixture", mixture_components=2,
+                                    max_steps=8)
+    train_and_evaluate(config, synthetic_dataset(64, 16), tmp_path, callbacks=[Checkpointer()])
+    sampler = load_sampler(tmp_path)
+    assert sampler.config.likelihood.options.mixture_components == 2
+    images = np.asarray(sampler.sample_images(3, 4, 0))
+    assert images.shape == (4, 28, 28) and 0 <= images.min() and images.max() <= 1
