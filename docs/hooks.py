@@ -2,10 +2,10 @@
 Results page's tables, made from `cvae eval`'s JSON (docs/results_page.py), and a check that
 every table on every page has as many cells in each row as in its header.
 
-Each field's one-sentence doc lives once, in `cvae/config.py` (`cvae train --help` shows it too);
-a page that says `<!-- config-fields -->` gets a table of every field's flag, default and doc,
-so the site cannot drift from the code. The checkout's own `cvae` is imported (its root first on
-sys.path), not whichever one the environment has installed.
+Each field's one-sentence doc lives once, in `cvae/config/sections.py` (`cvae train --help`
+shows it too); a page that says `<!-- config-fields -->` gets a table of every field's flag,
+default and doc, so the site cannot drift from the code. The checkout's own `cvae` is imported
+(its root first on sys.path), not whichever one the environment has installed.
 
 The table check: Python-Markdown's tables extension splits a row at every `|` that is neither
 escaped (`\\|`) nor inside a code span, pads a short row with empty cells and drops the cells
