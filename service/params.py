@@ -259,9 +259,10 @@ def check_labels(classes: int, **labels: int | tuple[int, ...] | None) -> None:
         values = value if isinstance(value, tuple) else (value,)
         if any(v is not None and v >= classes for v in values):
             rule = label_rules(classes)[name]
-            errors.append({"type": "less_than_equal", "loc": ("query", name),
+            written = [str(v) for v in values] if isinstance(value, tuple) else str(value)
+            errors.append({"type": "less_than_equal", "loc": ("query", name),  # as pydantic's
                            "msg": f"Input should be less than or equal to {classes - 1}",
-                           "input": value, "ctx": {"le": classes - 1, "rule": rule}})
+                           "input": written, "ctx": {"le": classes - 1, "rule": rule}})
     if errors:
         raise RequestValidationError(errors)
 

@@ -106,10 +106,12 @@ def test_unknown_parameter_is_422_naming_it(client, method, path, query, unknown
 
 
 def test_an_unknown_parameter_is_named_beside_a_bad_known_one(client):
-    message = client.get("/sample?digit=12&digits=7").json()["message"]
-    assert message.startswith("digit: must be an integer in 0..9, or omitted for one row per "
-                              "digit (got '12'); digits: unknown parameter (got '7') "
-                              "(/sample takes digit, label, n,")
+    """A label over every model's limit (`cvae.limits.MAX_CLASSES`) is refused with the served
+    model's range, as one over its own classes is (`check_labels`)."""
+    message = client.get("/sample?digit=1000&digits=7").json()["message"]
+    assert message.startswith("digit: must be an integer in 0..9 (this model's classes), or "
+                              "omitted for one row per class (got '1000'); digits: unknown "
+                              "parameter (got '7') (/sample takes digit, label, n,")
 
 
 def test_grid_too_large_for_memory_is_422(client):
