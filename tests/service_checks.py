@@ -452,12 +452,14 @@ def _accepted(path: str, query: dict, body, response) -> None:
     """Schema-valid requests get 200, except what OpenAPI cannot express, which must get the
     documented 422: a /sample or /interpolate grid over the service's pixel bound (MAX_PIXELS),
     and a /transfer or /classify upload that is blank, or not 28x28 with prepare=none; a
-    `label` that names none of the served model's classes, or comes beside `digit` (the
-    classes are the model's, not the schema's); and /classify's documented 409 when the
-    served model has no classifier."""
+    `label` that names none of the served model's classes, or comes beside `digit`, and a
+    `digit` or `digits` past them (the schema bounds a class index by every model's limit,
+    `MAX_CLASSES`: the classes are the model's, not the schema's); and /classify's documented
+    409 when the served model has no classifier."""
     if response.status_code == 200:
         return
-    if response.status_code == 422 and _refused_label(query, response.json()["detail"][0]):
+    if response.status_code == 422 and (_refused_label(query, response.json()["detail"][0])
+                                        or _past_the_classes(response.json()["detail"][0])):
         return
     if path == "/classify" and response.status_code == 409:
         if response.json()["detail"][0]["type"] == "no_classifier":
@@ -492,6 +494,16 @@ def _refused_label(query: dict, problem: dict) -> bool:
     except UnknownLabel:
         return True
     return False
+
+
+def _past_the_classes(problem: dict) -> bool:
+    """Whether the 422 `problem` is `service.params.check_labels`': a `digit` or `digits` the
+    schema allows that indexes no class of the served model (its `le`, the last class)."""
+    if problem.get("type") != "less_than_equal" or problem.get("loc") not in (
+            ["query", "digit"], ["query", "digits"]):
+        return False
+    given = problem["input"] if isinstance(problem["input"], list) else [problem["input"]]
+    return any(int(value) > problem["ctx"]["le"] for value in given)
 
 
 def _refused_upload(body: bytes, query: dict, kind: str) -> bool:

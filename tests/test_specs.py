@@ -124,8 +124,10 @@ def test_the_service_bounds_labels_by_the_served_class_count():
     with pytest.raises(RequestValidationError) as excinfo:
         check_labels(2, digit=2, digits=(1, 5))
     message = describe_errors(excinfo.value.errors())
-    assert message == ("digit: must be an integer in 0..1 (this model's classes) (got 2); "
-                       "digits: must be an integer in 0..1 (this model's classes) (got (1, 5))")
+    assert message == ("digit: must be an integer in 0..1 (this model's classes), or omitted "
+                       "for one row per class (got '2'); digits: must be integers in 0..1 (this "
+                       "model's classes), given 1 to 1000 times (digits=3&digits=5), or omitted "
+                       "for every class (got ['1', '5'])")
 
 
 def test_config_json_carries_the_spec_and_is_checked_on_load(tiny):
