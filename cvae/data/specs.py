@@ -162,12 +162,6 @@ def not_prepared(name: str) -> str:
             f"--from PATH --name {name}`, then pass the same --data-dir")
 
 
-def largest_label() -> int:
-    """The largest label of any built-in dataset: what a flag or a query parameter accepts
-    before it knows which model it reads (each then checks the model's own class count)."""
-    return max(spec.num_classes for spec in SPECS.values()) - 1
-
-
 def check_config(config) -> None:
     """ConfigError unless the config's dataset is built in or registered, and its labelled
     count (`--labels N`) is a multiple of that dataset's classes."""
