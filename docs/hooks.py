@@ -17,6 +17,7 @@ on a row whose count differs from its header's (tests/test_docs.py runs it over 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -26,17 +27,31 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def config_table() -> str:
+    """Every setting by its path (`cvae.config.flat.all_leaves`), with its flag, its default
+    (the default preset's; for an option of a component it does not name, the option's own)
+    and its doc; a component's option says which components have it."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from cvae.config.sections import Config, field_doc
+    from cvae.config import components, flat
+    from cvae.config.sections import Config
 
-    defaults = Config()
-    rows = ["| flag | default | what |", "|---|---|---|"]
-    for field in dataclasses.fields(Config):
-        value = getattr(defaults, field.name)
+    values = Config().leaves()
+    flags = {path: name for name, path in flat.flat_names(Config).items()}
+    rows = ["| setting | flag | default | what |", "|---|---|---|---|"]
+    for path, leaf in flat.all_leaves(Config).items():
+        kind = path.split(".")[0]
+        value = values.get(path, next(f.default for f in dataclasses.fields(leaf.owner)
+                                      if f.name == leaf.field))
         shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
-        doc = field_doc(field.name).replace("|", "\\|")
-        rows.append(f"| `--{field.name.replace('_', '-')}` | `{shown}` | {doc} |")
+        doc = leaf.doc
+        if leaf.field == "name" and kind in components.KINDS:
+            about = (inspect.getdoc(leaf.owner) or "").split(": ", 1)[-1].split(" (")[0]
+            doc = f"{about}: {', '.join(components.names(kind))}."
+        if leaf.components:
+            doc = f"{kind.capitalize()} {' or '.join(leaf.components)} only: {doc}"
+        doc = doc.replace("|", "\\|")
+        flag = "--" + flags[path].replace("_", "-")
+        rows.append(f"| `{path}` | `{flag}` | `{shown}` | {doc} |")
     return "\n".join(rows)
 
 

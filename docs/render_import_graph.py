@@ -22,12 +22,12 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import import_graph  # noqa: E402  (tests/, put on the path above)
 
-BASE = ("config", "presets", "errors", "limits")  # drawn as one box: below everything
-CLI = ("cli", "cli_help", "cli_types")  # the CLI with its help texts and argument types
+BASE = ("config", "errors", "limits")  # drawn as one box: below everything
+CLI = ("cli",)  # the CLI package: its commands, help texts and argument types
 ROWS = ("cli", "service", "export", *reversed(import_graph.STAGES), "base")
 TITLES = {"cli": "cvae.cli  (above everything)", "service": "service  (the FastAPI app)",
           "export": "cvae.export  (portable models: above every stage)",
-          "base": "cvae.config, cvae.presets, cvae.errors, cvae.limits  (below every stage)",
+          "base": "cvae.config, cvae.errors, cvae.limits  (below every stage)",
           **{stage: f"cvae.{stage}  (stage {i + 1} of 5)"
              for i, stage in enumerate(import_graph.STAGES)}}
 COLOURS = {"data": "#dbe9f6", "model": "#e3f1dc", "sampling": "#fdf0d5", "training": "#f8dede",

@@ -32,14 +32,15 @@ from cvae.data.synthetic import synthetic_dataset
 OPTIONS = {
     "standard": lambda: presets.test().replace(epochs=2),
     "mixture": lambda: presets.test().replace(
-        prior="mixture", prior_components=2, epochs=2, batch_norm=True, ema_decay=0.9,
-        truncation=0.75),
+        prior="mixture", prior_components=2, prior_codes="means", epochs=2, batch_norm=True,
+        ema_decay=0.9, truncation=0.75),
     "few-labels": lambda: presets.test().replace(
-        prior="mixture", prior_components=2, epochs=2, labels="20", labelled_per_batch=4),
+        prior="mixture", prior_components=2, prior_codes="means", epochs=2, labels="20",
+        labelled_per_batch=4),
     "ladder": lambda: presets.test().replace(
         model="ladder", stochastic_layers=2, upper_latent_dim=3, prior="mixture",
-        prior_components=2, epochs=2, free_bits=0.05, kl_schedule="linear", kl_warmup_steps=6,
-        truncation=0.6),
+        prior_components=2, prior_codes="means", epochs=2, free_bits=0.05, kl_schedule="linear",
+        kl_warmup_steps=6, truncation=0.6),
 }
 
 

@@ -21,7 +21,8 @@ from host_devices import with_host_devices
 LEVERS = {"objective": "dreg", "importance_samples": 3, "prior": "vamp", "pseudo_inputs": 2,
           "model": "ladder", "stochastic_layers": 2, "upper_latent_dim": 2}
 SEMI = {"labels": "20", "labelled_per_batch": 4, "validation_size": 32, "epochs": 1,
-        "prior": "mixture", "vat_weight": 1.0, "entropy_weight": 0.5}
+        "prior": "mixture", "prior_components": 10, "prior_codes": "means", "vat_weight": 1.0,
+        "entropy_weight": 0.5}
 
 
 def run(directory: Path) -> None:

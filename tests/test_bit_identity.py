@@ -40,8 +40,8 @@ def mixture_run(tmp_path_factory):
     """The test config with every function the sampler runs through blocks: the per-class
     mixture prior (its mapping, and the transport between classes) and, trained with 20
     labels, the classifier q(y|x); 2 epochs of 80 synthetic digits."""
-    config = presets.test().replace(prior="mixture", prior_components=2, epochs=2,
-                                       labels="20", labelled_per_batch=4)
+    config = presets.test().replace(prior="mixture", prior_components=2, prior_codes="means",
+                                    epochs=2, labels="20", labelled_per_batch=4)
     return train_run(tmp_path_factory.mktemp("mixture-run"), config, synthetic_dataset(80))
 
 

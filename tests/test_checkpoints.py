@@ -1,5 +1,7 @@
 
 import logging
+import tomllib
+from pathlib import Path
 
 import jax
 import orbax.checkpoint as ocp
@@ -17,6 +19,8 @@ from cvae.training.optimizer import create_optimizer
 from cvae.sampling.sampler import load_sampler
 from cvae.data.synthetic import synthetic_dataset
 from cvae.training.step import create_train_state, run_key
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def make_state(config):
@@ -47,7 +51,9 @@ def test_a_checkpoint_written_before_the_split_and_the_mixture_prior_still_loads
                  ("step", "params", "opt_state", "batch_stats", "ema_params", "key")}
     newer = ("validation_size", "prior", "prior_components", "eval_every", "schedule_epochs",
              "truncation")
-    old_config = {k: v for k, v in config.to_dict().items() if k not in newer}
+    # The test preset as the last flat version wrote it (a flat config, one key a setting).
+    flat = tomllib.loads((FIXTURES / "flat-configs" / "test.toml").read_text())
+    old_config = {k: v for k, v in flat.items() if k not in newer}
     manager = create_manager(tmp_path)
     manager.save(3, args=ocp.args.Composite(state=ocp.args.StandardSave(old_state),
                                             config=ocp.args.JsonSave(old_config),

@@ -10,8 +10,9 @@ import pytest
 from PIL import Image
 
 from cvae.cli.main import build_parser, config_from_args
-from cvae.config.sections import Config, as_flags, field_doc
+from cvae.config import components, flat
 from cvae.config.presets import PRESETS, default, seed
+from cvae.config.sections import Config, as_flags
 from cvae.data.synthetic import write_synthetic_idx
 
 
@@ -92,7 +93,8 @@ def test_train_on_a_finished_run_does_nothing_and_keeps_the_checkpoint(trained):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["sample", "--digit", "10", "--out", "x.png"], "--digit: 10 is outside [0, 9]"),
+    # Any class index a dataset may have (each model then checks its own: below).
+    (["sample", "--digit", "1000", "--out", "x.png"], "--digit: 1000 is outside [0, 999]"),
     (["sample", "--digit", "seven", "--out", "x.png"], "--digit: 'seven' is not a valid int"),
     (["sample", "--temperature", "0", "--out", "x.png"], "--temperature: 0.0 is outside (0, 2]"),
     (["sample", "--scale", "50", "--out", "x.png"], "--scale: 50 is outside [1, 8]"),
@@ -106,10 +108,20 @@ def test_bad_flags_name_the_flag_and_range(args, fragment, capsys):
     assert fragment in capsys.readouterr().err
 
 
+def test_a_class_the_model_lacks_is_one_line_naming_its_classes(trained):
+    root, _ = trained
+    result = cvae("sample", "--checkpoint-dir", root / "ck", "--digit", 10, "--out",
+                  root / "ten.png")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("cvae sample: error: digit 10: this model's classes are "
+                                      "0..9")
+    assert not (root / "ten.png").exists()
+
+
 def test_bad_config_value_is_one_line_naming_the_field(tmp_path):
     result = cvae("train", "--batch-size", 0, "--data-dir", tmp_path, "--checkpoint-dir", tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip() == "cvae train: error: batch_size=0: must be >= 1"
+    assert result.stderr.strip() == "cvae train: error: run.batch_size=0: must be >= 1"
 
 
 def test_a_refused_combination_is_refused_in_one_line(tmp_path):
@@ -117,8 +129,8 @@ def test_a_refused_combination_is_refused_in_one_line(tmp_path):
     result = cvae("train", "--stochastic-layers", 2, "--batch-norm", "--data-dir", tmp_path,
                   "--checkpoint-dir", tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("cvae train: error: stochastic_layers=2: --model ladder "
-                                      "takes 2 or more latent layers, the other families one")
+    assert result.stderr.strip() == ("cvae train: error: stochastic_layers: an option of the "
+                                      "model ladder, not of this run's cvae (--model)")
 
 
 def test_missing_data_is_one_line_saying_what_to_run(tmp_path):
@@ -135,8 +147,9 @@ def test_empty_checkpoint_dir_is_one_line_saying_what_to_run(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-# A value for every config field, each different from the default preset's, all valid together
-# but free bits with the importance-weighted objective (test_every_config_field_is_a_train_flag).
+# A value for every setting, each different from the default preset's, all valid together but
+# free bits with the importance-weighted objective, and each component's options with another
+# component (test_every_config_field_is_a_train_flag).
 EVERY_FIELD = dict(
     dataset="fashion_mnist", data_source="torchvision", train_limit=100, binarization="none",
     architecture="conv", hidden_sizes=(8, 4), latent_dim=3, activation="tanh",
@@ -146,29 +159,53 @@ EVERY_FIELD = dict(
     warmup_steps=3, weight_decay=0.001, momentum=0.5, grad_clip_norm=2.0, accumulation_steps=2,
     ema_decay=0.99, freeze="decoder", batch_size=32, epochs=2, max_steps=9, seed=11,
     steps_per_call=5, eval_batch_size=50, early_stopping_patience=4,
-    early_stopping_min_delta=0.1, keep_checkpoints=2, validation_size=500, prior="standard",
+    early_stopping_min_delta=0.1, keep_checkpoints=2, validation_size=500, prior="vamp",
     prior_components=3, prior_codes="means", eval_every=2, schedule_epochs=3, labels="100",
     classifier_weight=2.5, labelled_per_batch=8, classifier_shift=1, consistency_weight=4.0,
     entropy_weight=0.5, vat_weight=1.5, vat_epsilon=2.0,
-    objective="dreg", importance_samples=5, model="ladder", stochastic_layers=2,
+    objective="dreg", importance_samples=5, model="ladder", stochastic_layers=3,
     upper_latent_dim=4,
-    pseudo_inputs=7, pixel_sharpness=1.5, truncation=0.5)
+    pseudo_inputs=7, pixel_sharpness=1.5, truncation=0.5,
+    width=16, depths=(1, 1), latent_channels=2, mixture_components=5)
+# Components each command names beyond EVERY_FIELD's, for the options of those components.
+OTHER_COMPONENTS = dict(model="hierarchical", likelihood="logistic_mixture")
 
 
 def test_every_config_field_is_a_train_flag():
     """`config.as_flags` (the model card's train command, the levers' pinned flags) writes
-    flags that `cvae train` parses back into the same config, every field changed."""
-    fields = [f.name for f in dataclasses.fields(Config)]
-    assert sorted(EVERY_FIELD) == sorted(fields)  # a new field needs a value here
+    flags that `cvae train` parses back into the same config, every setting changed."""
+    names = flat.flat_names(Config)
+    assert sorted(EVERY_FIELD) == sorted(names)  # a new setting needs a value here
+    assert sorted(names.values()) == sorted(flat.all_leaves(Config))
+    defaults, leaves = default().leaves(), flat.all_leaves(Config)
     for name, value in EVERY_FIELD.items():
-        assert value != getattr(default(), name), name
-    assert as_flags({"batch_norm": False}) == ["--no-batch-norm"]
-    # Free bits floor the ELBO's KL only: the importance-weighted objective goes in a second
-    # command, so that each command's fields are valid together.
-    for left_out in (("objective", "importance_samples"), ("free_bits",)):
-        given = {name: value for name, value in EVERY_FIELD.items() if name not in left_out}
-        config = config_from_args(build_parser().parse_args(["train", *as_flags(given)]))
+        path = names[name]
+        own = defaults.get(path, next(  # an option of a component the default does not name
+            f.default for f in dataclasses.fields(leaves[path].owner)
+            if f.name == leaves[path].field))
+        assert value != own, name
+        if path.endswith(".name"):
+            assert value != getattr(default(), path.split(".")[0]).name, name
+    assert as_flags({"model.options.batch_norm": False}) == ["--no-batch-norm"]
+    for name, value in OTHER_COMPONENTS.items():
+        assert value in components.names(name) and value != getattr(default(), name).name
+    # Free bits floor the ELBO's KL only, and a component's options go with that component:
+    # the importance-weighted objective, the VampPrior and the Gaussian go in a second
+    # command, the third family and likelihood with their options in a third, so that each
+    # command's settings are valid together.
+    third = ("width", "depths", "latent_channels", "mixture_components")
+    commands = [
+        {name: value for name, value in EVERY_FIELD.items() if name not in (
+            "objective", "importance_samples", "prior", "pseudo_inputs", "likelihood", *third)},
+        {name: value for name, value in EVERY_FIELD.items() if name not in (
+            "free_bits", "prior_components", "prior_codes", "binarization", *third)},
+        {**{name: EVERY_FIELD[name] for name in third}, **OTHER_COMPONENTS}]
+    assert set().union(*commands) == set(EVERY_FIELD)
+    for given in commands:
+        flags = as_flags({names[name]: value for name, value in given.items()})
+        config = config_from_args(build_parser().parse_args(["train", *flags]))
         assert config == default().replace(**given)
+        assert all(config.leaves()[names[name]] == value for name, value in given.items())
     # Fields not given come from the preset.
     assert config_from_args(build_parser().parse_args(["train", "--preset", "seed"])) == seed()
 
@@ -214,10 +251,17 @@ def test_serve_help_says_classify_reads_a_digit_with_every_model():
 def test_train_help_explains_every_flag_with_its_field_doc():
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     actions = {a.dest: a for a in train._actions}
-    for field in dataclasses.fields(Config):
-        text = actions[field.name].help
-        assert text.startswith(field_doc(field.name)) and "(default " in text, field.name
-        assert field_doc(field.name).endswith("."), field.name
+    leaves = flat.all_leaves(Config)
+    for name, path in flat.flat_names(Config).items():
+        text, kind = actions[name].help, path.split(".")[0]
+        assert "(default " in text, name
+        if path.endswith(".name") and kind in components.KINDS:
+            # a component's name: each registered component, by name and its doc's gist
+            for component in components.names(kind):
+                assert f"{component} (" in text, (name, component)
+            continue
+        assert text.startswith(leaves[path].doc), name
+        assert leaves[path].doc.endswith("."), name
     for command, parser in build_parser()._subparsers._group_actions[0].choices.items():
         for action in parser._actions:
             assert action.help, f"cvae {command} {action.option_strings} has no help"

@@ -1,7 +1,16 @@
+import tomllib
+from pathlib import Path
+
 import pytest
 
-from cvae.config.sections import Config, ConfigError
 from cvae.config.presets import default, get_preset, likelihood, seed
+from cvae.config.sections import Config, ConfigError
+
+# The default config as the last flat version stored it (every one of its 59 fields): what a
+# checkpoint or file written before the config was nested holds.
+FLAT_DEFAULT = tomllib.loads(
+    (Path(__file__).parent / "fixtures" / "flat-configs" / "default.toml").read_text())
+FLAT_DEFAULT.pop("preset", None)
 
 
 def test_json_round_trip_is_exact():
@@ -11,35 +20,39 @@ def test_json_round_trip_is_exact():
 
 def test_missing_newer_keys_take_defaults():
     values = default().to_dict()
-    del values["ema_decay"], values["free_bits"]
+    del values["optimizer"]["ema_decay"], values["objective"]["free_bits"]
     assert Config.from_dict(values) == default()
+    flat = {k: v for k, v in FLAT_DEFAULT.items() if k not in ("ema_decay", "free_bits")}
+    assert Config.from_dict(flat) == default()
 
 
 def test_a_config_stored_before_the_pixel_sharpness_renders_the_plain_means():
     """Old checkpoints draw the pictures they drew; today's default sharpens; the presets
     measured before it keep the plain means."""
-    values = default().to_dict()
-    del values["pixel_sharpness"]
-    assert Config.from_dict(values).pixel_sharpness == 1.0
-    assert default().pixel_sharpness == 1.3
-    assert seed().pixel_sharpness == get_preset("semi").pixel_sharpness == 1.0
+    values = {k: v for k, v in FLAT_DEFAULT.items() if k != "pixel_sharpness"}
+    assert Config.from_dict(values).drawing.pixel_sharpness == 1.0
+    assert default().drawing.pixel_sharpness == 1.3
+    assert (seed().drawing.pixel_sharpness == get_preset("semi").drawing.pixel_sharpness
+            == 1.0)
 
 
 def test_unknown_keys_are_rejected_by_name():
     with pytest.raises(ConfigError, match="learnin_rate"):
         Config.from_dict({"learnin_rate": 0.1})
+    with pytest.raises(ConfigError, match="optimizer.learnin_rate: unknown setting"):
+        Config.from_dict({"optimizer": {"learnin_rate": 0.1}})
 
 
 @pytest.mark.parametrize("field, value, fragment", [
     ("likelihood", "poisson", "likelihood='poisson': allowed bernoulli, gaussian"),
-    ("batch_size", 0, "batch_size=0: must be >= 1"),
-    ("learning_rate", -1.0, "learning_rate=-1.0"),
-    ("ema_decay", 1.0, "ema_decay=1.0: must be in [0, 1)"),
-    ("optimizer", "lbfgs", "optimizer='lbfgs'"),
-    ("pixel_sharpness", 0.0, "pixel_sharpness=0.0: must be in (0, 10]"),
-    ("pixel_sharpness", 11.0, "pixel_sharpness=11.0: must be in (0, 10]"),
-    ("truncation", 0.0, "truncation=0.0: must be in (0, 1]"),
-    ("truncation", 1.5, "truncation=1.5: must be in (0, 1]"),
+    ("batch_size", 0, "run.batch_size=0: must be >= 1"),
+    ("learning_rate", -1.0, "optimizer.learning_rate=-1.0"),
+    ("ema_decay", 1.0, "optimizer.ema_decay=1.0: must be in [0, 1)"),
+    ("optimizer", "lbfgs", "optimizer.name='lbfgs'"),
+    ("pixel_sharpness", 0.0, "drawing.pixel_sharpness=0.0: must be in (0, 10]"),
+    ("pixel_sharpness", 11.0, "drawing.pixel_sharpness=11.0: must be in (0, 10]"),
+    ("truncation", 0.0, "drawing.truncation=0.0: must be in (0, 1]"),
+    ("truncation", 1.5, "drawing.truncation=1.5: must be in (0, 1]"),
 ])
 def test_validation_names_the_field_and_range(field, value, fragment):
     with pytest.raises(ConfigError) as error:
@@ -69,9 +82,8 @@ def test_the_conv_preset_is_the_default_with_convolutions_for_100_epochs():
     """What docs/gpu.md measured: the default but for these two fields, so that the default's
     every other choice (sampler, split, schedule) carries over as the table says."""
     config = get_preset("conv")
-    changed = {field: value for field, value in config.to_dict().items()
-               if value != default().to_dict()[field]}
-    assert changed == {"architecture": "conv", "epochs": 100}
+    changed = {path: mine for path, (mine, _) in config.diff(default()).items()}
+    assert changed == {"model.options.architecture": "conv", "run.epochs": 100}
     assert config.validate() == config
 
 
@@ -79,6 +91,11 @@ def test_command_line_strings_are_coerced():
     config = Config.from_dict({"hidden_sizes": "64,32", "batch_norm": "true", "epochs": "3"})
     assert (config.model.options.hidden_sizes == (64, 32)
             and config.model.options.batch_norm is True and config.run.epochs == 3)
+    nested = Config.from_dict({"model": {"options": {"hidden_sizes": "64,32",
+                                                     "batch_norm": "true"}},
+                               "run": {"epochs": "3"}})
+    assert (nested.model.options.hidden_sizes == (64, 32)
+            and nested.model.options.batch_norm is True and nested.run.epochs == 3)
 
 
 def test_semi_preset_is_100_labels_with_its_levers_and_round_trips():
@@ -93,53 +110,60 @@ def test_semi_preset_is_100_labels_with_its_levers_and_round_trips():
 
 
 def test_a_config_without_the_semi_supervised_fields_trains_on_every_label():
-    from cvae.config.sections import Config
-
-    stored = {k: v for k, v in Config().to_dict().items()
+    stored = {k: v for k, v in FLAT_DEFAULT.items()
               if k not in ("labels", "classifier_weight", "labelled_per_batch",
                            "classifier_shift", "consistency_weight", "entropy_weight",
                            "vat_weight", "vat_epsilon")}
-    assert Config.from_dict(stored).labelled_count is None
+    assert Config.from_dict(stored).labels.labelled_count is None
+    nested = {k: v for k, v in get_preset("semi").to_dict().items() if k != "labels"}
+    assert Config.from_dict(nested).labels.labelled_count is None
 
 
 def test_model_lever_defaults_are_the_one_layer_elbo_model():
     config = default()
-    assert (config.objective.bound, config.objective.importance_samples,
-            config.model.options.stochastic_layers) == ("elbo", 1, 1)
-    assert config.prior.name == "mixture" and likelihood().prior == "mixture"
-    assert config.model.name == "cvae"
+    assert (config.objective.bound, config.objective.importance_samples) == ("elbo", 1)
+    assert config.prior.name == "mixture" and likelihood().prior.name == "mixture"
+    assert config.model.name == "cvae"  # one stochastic layer: no depth to set
+    assert not hasattr(config.model.options, "stochastic_layers")
     assert config.validate() == config
 
 
 def test_a_config_stored_before_the_model_levers_loads_as_today():
-    values = default().to_dict()
+    values = dict(FLAT_DEFAULT)
     for name in ("objective", "importance_samples", "stochastic_layers", "upper_latent_dim",
                  "pseudo_inputs", "model"):
         del values[name]
     assert Config.from_dict(values) == default()
+    nested = default().to_dict()
+    del nested["objective"]["bound"], nested["objective"]["importance_samples"]
+    del nested["model"]
+    assert Config.from_dict(nested) == default()
 
 
 def test_a_config_stored_before_families_had_names_reads_its_family_from_its_depth():
-    values = default().replace(model="ladder", stochastic_layers=3).to_dict()
+    values = {**FLAT_DEFAULT, "stochastic_layers": 3}
     del values["model"]
-    assert Config.from_dict(values).model == "ladder"
-    values = default().to_dict()
+    config = Config.from_dict(values)
+    assert config.model.name == "ladder" and config.model.options.stochastic_layers == 3
+    values = dict(FLAT_DEFAULT)
     del values["model"]
-    assert Config.from_dict(values).model == "cvae"
+    assert Config.from_dict(values).model.name == "cvae"
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("objective", "vimco", "objective='vimco': allowed elbo, iwae, dreg"),
-    ("prior", "flow", "prior='flow': allowed standard, mixture, vamp, learned_mixture"),
-    ("importance_samples", 0, "importance_samples=0: must be >= 1"),
-    ("importance_samples", 1000, "importance_samples=1000: must be in [1, 256]"),
-    ("stochastic_layers", 6, "stochastic_layers=6: must be in [1, 5]"),
-    ("upper_latent_dim", 0, "upper_latent_dim=0: must be >= 1"),
-    ("pseudo_inputs", 0, "pseudo_inputs=0: must be >= 1"),
+@pytest.mark.parametrize("changes, fragment", [
+    ({"objective": "vimco"}, "objective.bound='vimco': allowed elbo, iwae, dreg"),
+    ({"prior": "flow"}, "prior='flow': allowed standard, mixture, vamp, learned_mixture"),
+    ({"importance_samples": 0}, "objective.importance_samples=0: must be in [1, 256]"),
+    ({"importance_samples": 1000}, "objective.importance_samples=1000: must be in [1, 256]"),
+    ({"model": "ladder", "stochastic_layers": 6},
+     "model.options.stochastic_layers=6: must be in [2, 5]"),
+    ({"model": "ladder", "upper_latent_dim": 0},
+     "model.options.upper_latent_dim=0: must be >= 1"),
+    ({"prior": "vamp", "pseudo_inputs": 0}, "prior.options.pseudo_inputs=0: must be >= 1"),
 ])
-def test_model_lever_validation_names_the_field(field, value, fragment):
+def test_model_lever_validation_names_the_field(changes, fragment):
     with pytest.raises(ConfigError) as error:
-        default().replace(**{field: value}).validate()
+        default().replace(**changes).validate()
     assert fragment in str(error.value)
 
 
@@ -167,13 +191,16 @@ def test_every_lever_validates_alone_and_with_the_combinations_once_refused(chan
 def test_the_ladder_validates_with_the_other_levers_convolutions_and_a_frozen_part():
     config = default().replace(model="ladder", stochastic_layers=3, objective="dreg",
                                importance_samples=5, prior="vamp").validate()
-    assert config.replace(architecture="conv").validate().architecture == "conv"
-    assert config.replace(freeze="decoder").validate().freeze == "decoder"
+    assert (config.replace(architecture="conv").validate().model.options.architecture
+            == "conv")
+    assert config.replace(freeze="decoder").validate().optimizer.freeze == "decoder"
 
 
 @pytest.mark.parametrize("changes, fragment", [
-    ({"stochastic_layers": 2}, "stochastic_layers=2: --model ladder takes 2 or more"),
-    ({"model": "ladder"}, "stochastic_layers=1: --model ladder takes 2 or more"),
+    ({"stochastic_layers": 2}, "stochastic_layers: an option of the model ladder, not of "
+                               "this run's cvae (--model)"),
+    ({"model": "ladder", "stochastic_layers": 1},
+     "model.options.stochastic_layers=1: must be in [2, 5]"),
     ({"model": "flow"}, "model='flow': allowed cvae, ladder"),
     ({"objective": "iwae", "importance_samples": 5, "free_bits": 0.5},
      "free_bits=0.5: only with --objective elbo"),
@@ -194,6 +221,8 @@ def test_the_likelihood_presets_second_stage_is_the_same_model_under_dreg():
     """`make likelihood` starts --preset likelihood-dreg from a likelihood run's weights
     (--init-from): every field that shapes the parameters or the data must be the same."""
     first, second = likelihood(), get_preset("likelihood-dreg")
-    assert first.diff(second) == {"objective": ("elbo", "dreg"), "importance_samples": (1, 5),
-                                  "learning_rate": (1e-3, 1e-4), "epochs": (640, 20)}
+    assert first.diff(second) == {"objective.bound": ("elbo", "dreg"),
+                                  "objective.importance_samples": (1, 5),
+                                  "optimizer.learning_rate": (1e-3, 1e-4),
+                                  "run.epochs": (640, 20)}
     assert second.validate() == second  # DReG with this model trains: nothing refuses it

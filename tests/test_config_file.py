@@ -1,4 +1,4 @@
-"""Config files (cvae/config_toml.py), the grouped `cvae train --help` and the run record
+"""Config files (cvae/config/toml.py), the grouped `cvae train --help` and the run record
 (cvae/training/record.py): in process, on the test preset, one tiny run trained both ways."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import jax
 import numpy as np
 import pytest
 
-from cvae.config import presets
-from cvae.cli.main import main
-from cvae.cli.help import CONFIG_GROUPS
+from cvae.cli.main import build_parser, main
+from cvae.config import flat, presets
 from cvae.config.sections import Config
+from cvae.data.specs import spec_of
 from cvae.config.toml import load_config, preset_file, to_toml
 from cvae.model.store import CONFIG_FILE, RECORD_FILE, read_record
 from cvae.training.checkpoints import load_checkpoint
@@ -36,10 +36,30 @@ def bits(x: float) -> bytes:
     return struct.pack("<d", x)
 
 
-def test_every_config_field_has_exactly_one_group():
-    grouped = [name for names in CONFIG_GROUPS.values() for name in names]
-    assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(Config))
-    assert len(grouped) == len(set(grouped))
+def train_parser():
+    return build_parser()._subparsers._group_actions[0].choices["train"]
+
+
+def test_every_setting_has_exactly_one_flag_and_one_group():
+    """The groups are derived from the config's nesting: a section's settings in its group, a
+    component's options in a group that names the components that have them."""
+    groups_of: dict[str, list[str]] = {}
+    for group in train_parser()._action_groups:
+        for action in group._group_actions:
+            for flag in action.option_strings:
+                groups_of.setdefault(flag, []).append(group.title)
+    leaves, names = flat.all_leaves(Config), flat.flat_names(Config)
+    assert sorted(names.values()) == sorted(leaves)  # one flat name, so one flag, a setting
+    assert len(set(names.values())) == len(names)
+    for name, path in names.items():
+        titles = groups_of.get("--" + name.replace("_", "-"), [])
+        assert len(titles) == 1, (path, titles)
+        section, leaf = path.split(".")[0], leaves[path]
+        assert titles[0].split(" ")[0] == section, (path, titles)
+        if leaf.components:
+            assert titles[0] == f"{section} options ({', '.join(leaf.components)})", path
+        else:
+            assert titles[0] == section, path
 
 
 @pytest.mark.parametrize("name", presets.PRESETS)
@@ -55,26 +75,31 @@ def test_floats_print_and_parse_back_to_the_same_bits(tmp_path):
                                      kl_weight=1e300, free_bits=5e-324, momentum=2 / 3)
     loaded = load_config("test", write(tmp_path / "a.toml", to_toml(awkward)), {})
     assert loaded == awkward
-    for field in ("learning_rate", "end_learning_rate", "kl_weight", "free_bits", "momentum"):
-        assert bits(getattr(loaded, field)) == bits(getattr(awkward, field)), field
+    for path in ("optimizer.learning_rate", "optimizer.end_learning_rate",
+                 "objective.kl_weight", "objective.free_bits", "optimizer.momentum"):
+        assert bits(loaded.leaves()[path]) == bits(awkward.leaves()[path]), path
 
 
 def test_preset_then_file_then_flags(tmp_path):
-    path = write(tmp_path / "run.toml", 'preset = "semi"\nepochs = 3\nhidden_sizes = [64, 32]\n')
+    path = write(tmp_path / "run.toml", 'preset = "semi"\n[run]\nepochs = 3\n'
+                                        '[model.options]\nhidden_sizes = [64, 32]\n')
     assert load_config(None, path, {}) == presets.semi().replace(epochs=3, hidden_sizes=(64, 32))
-    assert load_config(None, path, {"epochs": 7}).epochs == 7  # a flag overrides the file
+    assert load_config(None, path, {"epochs": 7}).run.epochs == 7  # a flag overrides the file
     # --preset overrides the file's preset; the file's fields still apply over it.
     assert load_config("seed", path, {}) == presets.seed().replace(epochs=3,
                                                                    hidden_sizes=(64, 32))
 
 
 @pytest.mark.parametrize("text, message", [
-    ("batch_sise = 1\n", "unknown key 'batch_sise'"),
-    ('batch_size = "16"\n', "batch_size='16': must be an integer"),
-    ("batch_norm = 1\n", "batch_norm=1: must be true or false"),
-    ("hidden_sizes = [64, 1.5]\n", "hidden_sizes=[64, 1.5]: must be a list of integers"),
-    ("learning_rate = true\n", "learning_rate=True: must be a number"),
-    ("batch_size = 0\n", "batch_size=0: must be >= 1"),
+    ("[run]\nbatch_sise = 1\n", "unknown key 'run.batch_sise'"),
+    ("batch_sise = 1\n", "unknown key 'batch_sise'"),  # a flat file of earlier versions
+    ('[run]\nbatch_size = "16"\n', "run.batch_size='16': must be an integer"),
+    ("[model.options]\nbatch_norm = 1\n",
+     "model.options.batch_norm=1: must be true or false"),
+    ("[model.options]\nhidden_sizes = [64, 1.5]\n",
+     "model.options.hidden_sizes=[64, 1.5]: must be a list of integers"),
+    ("[optimizer]\nlearning_rate = true\n", "optimizer.learning_rate=True: must be a number"),
+    ("[run]\nbatch_size = 0\n", "run.batch_size=0: must be >= 1"),
     ('preset = "best"\n', "preset='best': allowed default, seed"),
     ("batch_size =\n", "not valid TOML"),
 ])
@@ -96,7 +121,8 @@ def test_print_config_prints_every_field_of_the_effective_config(capsys):
     assert main(["train", "--preset", "semi", "--epochs", "2", "--print-config"]) == 0
     values = tomllib.loads(capsys.readouterr().out)
     assert set(values) == {f.name for f in dataclasses.fields(Config)}
-    assert values["epochs"] == 2 and values["labels"] == "100"
+    assert set(flat.leaves(values)) == set(presets.semi().leaves())
+    assert values["run"]["epochs"] == 2 and values["labels"]["count"] == "100"
 
 
 def train_help(capsys, *flags: str) -> str:
@@ -113,12 +139,13 @@ def flag_help(text: str, flag: str) -> str:
 def test_help_groups_the_flags_and_shows_the_presets_values(capsys):
     default, semi = train_help(capsys), train_help(capsys, "--preset", "semi")
     titles = [line[:-1] for line in default.splitlines() if line.endswith(":")]
-    assert [t for t in titles if t in CONFIG_GROUPS] == list(CONFIG_GROUPS)
+    sections = [f.name for f in dataclasses.fields(Config)]
+    assert [t for t in titles if t in sections] == sections  # in the config's order
     assert len(default.split("usage:")[1].split("\n\n")[0].splitlines()) == 1  # a short usage
     assert flag_help(default, "--labels").endswith("(default all)")
     assert flag_help(semi, "--labels").endswith("(default 100)")
     assert flag_help(semi, "--epochs").endswith("(default 15)")
-    assert "--coordinator-address" in default.split("\ndevices and processes:")[1]
+    assert "--coordinator-address" in default.split("\nprocesses:")[1]
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +182,7 @@ def test_each_step_holds_its_config_and_its_record(both_ways):
     assert {"orbax-checkpoint", "flax", "optax", "jaxlib"} <= set(record["versions"])
     assert len(record["devices"]) == jax.device_count() and record["cpu"]
     assert record["git"] is None or len(record["git"]["commit"]) == 40
-    assert record["dataset"]["manifest_sha256"] == stored.spec.source.sha256
+    assert record["dataset"]["manifest_sha256"] == spec_of(stored.data.dataset).source.sha256
     assert record["started_at"] <= record["ended_at"]
 
 

@@ -145,5 +145,6 @@ def test_the_own_images_page_states_its_configs_as_the_files_hold_them():
         str(path.relative_to(ROOT)) for path in (ROOT / "configs").glob("own-*.toml"))
     for path, dataset, likelihood, epochs, batch_size in rows:
         values = read_config_file(ROOT / path)[1]
-        assert (values["dataset"], values["likelihood"], values["epochs"],
-                values["batch_size"]) == (dataset, likelihood, int(epochs), int(batch_size)), path
+        assert (values["data.dataset"], values["likelihood.name"], values["run.epochs"],
+                values["run.batch_size"]) == (dataset, likelihood, int(epochs),
+                                              int(batch_size)), path

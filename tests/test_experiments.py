@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cvae.cli import main as cli, config as config_lib
+from cvae.cli import main as cli
+from cvae.config import sections as config_lib
 from experiments import run
 from experiments.configs import names
 

@@ -42,8 +42,8 @@ def test_the_folder_holds_every_file_with_its_sha256(kind, exported, export_runs
     assert (manifest["noise_dim"], manifest["code_dim"]) == ((7, 3) if kind == "ladder" else
                                                              (4, 4))
     card = (folder / "README.md").read_text()
-    assert ("noise ~ N(0, t^2 I) of\n7 dimensions (all 2 layers of the ladder, the top layer's "
-            "first)" in card) == (kind == "ladder")
+    assert ("noise ~ N(0, t^2 I) of\n7 dimensions (every latent layer's, the top layer's "
+            "first: wider than the 3 values of a code)" in card) == (kind == "ladder")
 
 
 @pytest.mark.parametrize("kind", KINDS)

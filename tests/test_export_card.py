@@ -90,8 +90,8 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
     (tmp_path / "eval.json").write_text(json.dumps(unrecorded))
     assert eval_figures(tmp_path, 8, config=own, run_config=own)[0] == unrecorded
     figures, note = eval_figures(tmp_path, 8, config=redrawn, run_config=own)
-    assert figures is None and "this export draws with pixel_sharpness" in note
-    assert note.endswith("--truncation 0.7777777`, then export again")
+    assert figures is None and "this export draws with truncation 0.7777777, " in note
+    assert note.endswith("--truncation 0.7777777 --pixel-sharpness 1.3`, then export again")
     # Recorded: its own drawing decides, whatever the run's.
     scored = {"step": 8, "config": redrawn.to_dict(), "elbo": {"neg_elbo": 1.0}}
     (tmp_path / "eval.json").write_text(json.dumps(scored))
@@ -100,7 +100,7 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
     for wrong in ([0.75], [], 0):  # even a falsy one is not read as "none recorded"
         (tmp_path / "eval.json").write_text(json.dumps({**scored, "config": wrong}))
         figures, note = eval_figures(tmp_path, 8, config=own, run_config=own)
-        assert figures is None and "did not read (its config is not an object)" in note
+        assert figures is None and "did not read (its config is not one)" in note
     assert eval_metrics({"elbo": {"neg_elbo": 1.0}, "iwae": None}) == [
         ("neg_elbo", "negative ELBO (nats)", 1.0)]
 
@@ -108,12 +108,12 @@ def test_eval_figures_of_another_step_or_drawing_are_not_claimed(tmp_path):
 def test_the_training_command_rebuilds_the_config():
     config = presets.semi()
     command = train_command(config)
+    # The flags in the sections' order (data, model, prior, ..., labels, drawing).
     assert command == "cvae train --validation-size 10000 --prior-components 10 " \
-                      "--prior-codes means --pixel-sharpness 1.0 --truncation 1.0 --epochs 15 " \
-                      "--eval-every 1 " \
+                      "--prior-codes means --epochs 15 --eval-every 1 " \
                       "--labels 100 --classifier-weight 5.0 --classifier-shift 2 " \
                       "--consistency-weight 20.0 --entropy-weight 1.0 --vat-weight 3.0 " \
-                      "--vat-epsilon 2.0"
+                      "--vat-epsilon 2.0 --truncation 1.0 --pixel-sharpness 1.0"
     from cvae.cli.main import build_parser, config_from_args
 
     args = build_parser().parse_args(command.split()[1:])

@@ -33,6 +33,9 @@ from cvae.training.step import create_train_state
 CLASSES = MNIST.num_classes
 
 SEMI = presets.test().replace(labels="20", labelled_per_batch=4, validation_size=32)
+# The fitted mixture as the test preset had it before the config was nested (its defaults are
+# 30 components fitted to posterior draws now).
+MIXTURE = {"prior": "mixture", "prior_components": 10, "prior_codes": "means"}
 
 
 def test_labelled_set_is_class_balanced_deterministic_and_disjoint_from_validation():
@@ -172,7 +175,7 @@ def params_after(config, directory, data=None):
 def test_labels_all_trains_the_same_parameters_bit_for_bit(tmp_path):
     """The semi-supervised settings cannot reach a run with every label: changing them leaves the
     parameters bit-identical, and the state carries no labelled set."""
-    config = presets.test().replace(epochs=2, prior="mixture")
+    config = presets.test().replace(epochs=2, **MIXTURE)
     reference = params_after(config, tmp_path / "a")
     changed = config.replace(labels="all", classifier_weight=7.0, labelled_per_batch=3)
     assert tree_equal(params_after(changed, tmp_path / "b"), reference)
@@ -186,7 +189,7 @@ def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_pa
     """With the classifier's levers on (virtual adversarial training, entropy minimisation),
     whose random directions come from the step's key like every other draw."""
     data = synthetic_dataset(200)
-    config = SEMI.replace(epochs=3, prior="mixture", vat_weight=1.0, entropy_weight=0.5)
+    config = SEMI.replace(epochs=3, **MIXTURE, vat_weight=1.0, entropy_weight=0.5)
     whole = train_and_evaluate(config, data, tmp_path / "whole", callbacks=[Checkpointer()])
     # 168 training images, 20 labelled: 148 unlabelled, 12 a step -> 12 steps an epoch.
     assert whole.step == 36
@@ -226,7 +229,7 @@ class Untouchable:
 def test_semi_supervised_training_never_reads_the_test_set(tmp_path):
     data = dataclasses.replace(synthetic_dataset(200), test_images=Untouchable(),
                                test_labels=Untouchable())
-    run = train_and_evaluate(SEMI.replace(prior="mixture"), data, tmp_path,
+    run = train_and_evaluate(SEMI.replace(**MIXTURE), data, tmp_path,
                              callbacks=[NanGuard(), Checkpointer()])
     assert run.step == 12 and run.stop_reason is None
 
@@ -236,7 +239,7 @@ def test_unlabelled_images_labels_are_never_read(tmp_path):
     q(y|x) for them). Their labels only choose the labelled set (class balance needs them), so
     each moves to a class where it still would not be chosen."""
     data = synthetic_dataset(200)
-    config = SEMI.replace(epochs=2, prior="mixture")
+    config = SEMI.replace(epochs=2, **MIXTURE)
     split = split_training_set(data.train_images, data.train_labels, config)
     chosen = few_labels.choose_labelled_set(split, config)
     hashes = _hash_keys(config.run.seed, np.arange(200), _LABELLED_SALT)

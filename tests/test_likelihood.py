@@ -90,7 +90,7 @@ def first_losses() -> list[float]:
 
     import tempfile
 
-    config = Config(validation_size=16, max_steps=FIRST_STEPS)
+    config = Config().replace(validation_size=16, max_steps=FIRST_STEPS)
     losses = Losses()
     with tempfile.TemporaryDirectory() as directory:
         train_and_evaluate(config, synthetic_dataset(FIRST_STEPS * config.run.batch_size + 16),
@@ -107,7 +107,7 @@ def test_the_default_bernoulli_run_takes_the_same_first_steps_as_before():
 
 if __name__ == "__main__":
     losses = first_losses()
-    FIXTURE.write_text(json.dumps({"config": f"Config(validation_size=16, max_steps="
+    FIXTURE.write_text(json.dumps({"config": f"Config().replace(validation_size=16, max_steps="
                                              f"{FIRST_STEPS}), synthetic_dataset("
                                              f"{FIRST_STEPS} * 128 + 16)",
                                    "jax": jax.__version__, "losses": losses}, indent=2) + "\n")

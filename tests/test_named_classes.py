@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae import limits, presets
+from cvae import limits
+from cvae.config import presets
 from cvae.cli.main import main
 from cvae.data import specs
 from cvae.data.load import Dataset

@@ -30,9 +30,15 @@ def batch():
     return x, jnp.array([0, 3, 7, 9, 1, 4], jnp.int32)
 
 
+# Each prior's own size (a setting only the priors that have it take): 3 components of a
+# mixture, 2 pseudo-inputs of the VampPrior.
+SIZES = {"standard": {}, "mixture": {"prior_components": 3},
+         "learned_mixture": {"prior_components": 3}, "vamp": {"pseudo_inputs": 2}}
+
+
 def ladder(prior="standard", **changes):
     config = presets.test().replace(model="ladder", stochastic_layers=2, upper_latent_dim=3,
-                                    prior=prior, prior_components=3, pseudo_inputs=2, **changes)
+                                    prior=prior, **SIZES[prior], **changes)
     model = create_model(config)
     return model, init_variables(model, jax.random.key(0)), config
 
@@ -137,8 +143,7 @@ def test_the_learned_top_layer_kl_counts_in_the_elbo():
 
 @pytest.mark.parametrize("prior,objective", [("vamp", "elbo"), ("learned_mixture", "dreg")])
 def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objective):
-    config = presets.test().replace(prior=prior, prior_components=3, pseudo_inputs=2,
-                                    objective=objective,
+    config = presets.test().replace(prior=prior, **SIZES[prior], objective=objective,
                                     importance_samples=1 if objective == "elbo" else 3)
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))

@@ -295,11 +295,12 @@ def test_the_spec_round_trips_as_json_and_registers_once(sources, tmp_path):
         specs.register(specs.DatasetSpec.from_dict(spec.to_dict() | {"content_hash": "other"}))
     with pytest.raises(DataError, match="'mnist' is built in"):
         specs.register(specs.DatasetSpec.from_dict(spec.to_dict() | {"name": "mnist"}))
-    config = Config(dataset="registered").validate()
+    config = Config().replace(dataset="registered").validate()
+    specs.check_config(config)
     assert spec_of(config.data.dataset) is spec
     assert read_config(config_json(config), "config.json") == config  # the export's file
     with pytest.raises(ConfigError, match="run `cvae data --from PATH --name unprepared`"):
-        Config(dataset="unprepared").validate()
+        specs.check_config(Config().replace(dataset="unprepared").validate())
 
 
 def test_the_memory_limit_is_a_share_of_the_machine_also_when_training_loads(

@@ -33,7 +33,8 @@ CONV = {"architecture": "conv", "hidden_sizes": (16,)}
 # tests/test_model_combinations.py.
 CASES = {
     "grey-6x10-1000-cvae-mlp-mixture-batch-norm-dropout": (
-        (6, 10, 1, 1000), {"prior": "mixture", "batch_norm": True, "dropout_rate": 0.2}),
+        (6, 10, 1, 1000), {"prior": "mixture", "prior_components": 10, "prior_codes": "means",
+                           "batch_norm": True, "dropout_rate": 0.2}),
     "rgb-12x12-3-cvae-mlp-logistic-learned-mixture-m2-iwae": (
         (12, 12, 3, 3), {"likelihood": "logistic", "prior": "learned_mixture",
                          "prior_components": 2, "labels": "6", "labelled_per_batch": 4,

@@ -13,8 +13,9 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from PIL import Image
 
-from cvae.config import sections as config_lib
 from cvae.cli.main import build_parser
+from cvae.config import flat, settings
+from cvae.config import sections as config_lib
 from cvae.data import prepare, specs
 from cvae.data.digit_image import prepare_digit
 from cvae.data.idx import IDX_FILES, write_idx
@@ -30,7 +31,9 @@ TINY = specs.DatasetSpec("tiny", "Tiny", "Tiny", 8, 8, 1, ("left", "right"),
 def tiny(monkeypatch):
     """TINY registered beside the real datasets, as a new entry of the registry would be."""
     monkeypatch.setitem(specs.SPECS, "tiny", TINY)
-    return config_lib.Config(dataset="tiny", hidden_sizes=(8,), latent_dim=2).validate()
+    config = config_lib.Config().replace(dataset="tiny", hidden_sizes=(8,), latent_dim=2)
+    specs.check_config(config.validate())
+    return config
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -47,7 +50,8 @@ def test_cvae_data_offers_exactly_the_built_ins_and_train_also_prepared_names():
     # `cvae train --dataset` also takes a name prepared by `cvae data --from`: the config
     # checks it once registered (tests/test_own_data.py).
     assert dataset_choices("train") is None
-    assert "dataset" not in config_lib.CHOICES
+    hint = flat.all_leaves(config_lib.Config)["data.dataset"].hint
+    assert settings.choices(hint) is None  # any name: no fixed choices
 
 
 @pytest.mark.parametrize("name", sorted(specs.SPECS))
@@ -63,14 +67,16 @@ def test_an_unknown_dataset_names_the_registry():
         specs.spec_of("kmnist")
     with pytest.raises(ConfigError, match=r"not built in \(mnist, fashion_mnist\) and not "
                                           r"prepared: run `cvae data --from PATH --name kmnist`"):
-        config_lib.Config(dataset="kmnist").validate()
+        specs.check_config(config_lib.Config().replace(dataset="kmnist").validate())
 
 
 def test_the_config_reads_the_class_count_of_its_dataset(tiny):
-    assert tiny.spec is TINY
-    assert tiny.replace(labels="4").validate().labelled_count == 4
+    assert specs.spec_of(tiny.data.dataset) is TINY
+    four = tiny.replace(labels="4").validate()
+    specs.check_config(four)
+    assert four.labels.labelled_count == 4
     with pytest.raises(ConfigError, match="positive multiple of 2"):
-        tiny.replace(labels="5").validate()
+        specs.check_config(tiny.replace(labels="5").validate())
 
 
 def test_loading_checks_shapes_and_labels_against_the_spec(tiny, tmp_path):

@@ -32,7 +32,7 @@ def test_every_label_passes_over_the_training_part_a_batch_a_step():
     supervision, split = supervision_of(EVERY)
     assert isinstance(supervision, FullLabels)
     assert supervision.epoch_rows == len(split.train_labels) == 128
-    assert supervision.rows_per_step == EVERY.batch_size
+    assert supervision.rows_per_step == EVERY.run.batch_size
 
 
 def test_few_labels_pass_over_the_unlabelled_images_and_cycle_the_labelled():
@@ -40,7 +40,7 @@ def test_few_labels_pass_over_the_unlabelled_images_and_cycle_the_labelled():
     assert isinstance(supervision, FewLabels)
     assert len(supervision.labelled["positions"]) == 20
     assert supervision.epoch_rows == 128 - 20
-    assert supervision.rows_per_step == FEW.batch_size - FEW.labelled_per_batch
+    assert supervision.rows_per_step == FEW.run.batch_size - FEW.labels.labelled_per_batch
     assert supervision.labelled_share == 20 / 128
     order = supervision.create_epoch_order(jax.random.key(0), create_mesh(jax.devices()[:1]))(0)
     labelled_rows, unlabelled_rows = (np.asarray(rows) for rows in order)

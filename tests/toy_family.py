@@ -44,7 +44,7 @@ class Toy(Family):
         self.setup_prior(options.toy_latent)
 
     @staticmethod
-    def widths(options: Options) -> tuple[int, int]:
+    def widths(options: Options, data) -> tuple[int, int]:
         return options.toy_latent, options.toy_latent
 
     def encode(self, images, labels, *, train: bool = False):

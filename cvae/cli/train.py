@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import textwrap
 import typing
 
 from cvae.cli.types import bounded
@@ -76,7 +77,7 @@ def _group_description(leaf: flat.Leaf) -> str | None:
     if leaf.components:
         return (f"Options of the {leaf.path.split('.')[0]} {' or '.join(leaf.components)} "
                 f"only.")
-    return inspect.getdoc(leaf.owner).split(": ", 1)[-1].replace("\n", " ")
+    return textwrap.fill(inspect.getdoc(leaf.owner).split(": ", 1)[-1].replace("\n", " "), 96)
 
 
 def _own_default(leaf: flat.Leaf):

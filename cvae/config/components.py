@@ -24,7 +24,8 @@ KINDS = ("model", "prior", "likelihood")
 
 REGISTRY: dict[str, dict[str, str]] = {
     "model": {"cvae": "cvae.model.one_latent:OneLatent",
-              "ladder": "cvae.model.ladder:Ladder"},
+              "ladder": "cvae.model.ladder:Ladder",
+              "hierarchical": "cvae.model.hierarchical:Hierarchical"},
     "prior": {"standard": "cvae.model.priors:Standard",
               "mixture": "cvae.model.priors:FittedMixture",
               "vamp": "cvae.model.priors:VampPrior",

@@ -106,6 +106,8 @@ def read_config_file(path: str | Path) -> tuple[str | None, dict[str, Any]]:
 def typed(leaf: flat.Leaf, value: Any, path: str | Path) -> Any:
     """`value` as the setting's type, refused unless TOML wrote it as that type (an int is a
     float; nothing else is converted)."""
+    if isinstance(value, tuple):  # a TOML array, as `flat.leaves` gives it
+        value = list(value)
     hint = leaf.hint
     if leaf.field == "name" and hasattr(leaf.owner, "KIND"):
         hint = str

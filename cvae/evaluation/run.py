@@ -244,7 +244,7 @@ def evaluate_checkpoint(checkpoint, data, options: EvalOptions,
 def summary_table(results: dict) -> str:
     """The human-readable summary printed by `cvae eval`."""
     elbo = results["elbo"]
-    drawn = results["config"]
+    drawn = results["config"]["drawing"]
     lines = [f"checkpoint step {results['step']}, {results['likelihood']} likelihood, "
              f"{results['test_examples']} test examples; samples drawn at truncation "
              f"{drawn['truncation']!r}, sharpness {drawn['pixel_sharpness']!r}",

@@ -69,9 +69,9 @@ class Family(nn.Module):
     PARAM_GROUPS: ClassVar[dict] = {}
 
     @staticmethod
-    def widths(options) -> tuple[int, int]:
-        """(the noise's width, a code's width) for these options, without building the model:
-        each family says its own."""
+    def widths(options, data: DatasetSpec) -> tuple[int, int]:
+        """(the noise's width, a code's width) for these options and images of `data`'s
+        shape, without building the model: each family says its own."""
         raise NotImplementedError
 
     @staticmethod
@@ -82,11 +82,11 @@ class Family(nn.Module):
 
     @property
     def noise_dim(self) -> int:
-        return self.widths(self.config.model.options)[0]
+        return self.widths(self.config.model.options, self.data)[0]
 
     @property
     def code_dim(self) -> int:
-        return self.widths(self.config.model.options)[1]
+        return self.widths(self.config.model.options, self.data)[1]
 
     @property
     def num_classes(self) -> int:
@@ -125,7 +125,12 @@ class Family(nn.Module):
         if learned is not None:
             setattr(self, prior.module_name, learned)
         if self.has_classifier:
-            self.classifier = Classifier(cfg, self.data)
+            self.classifier = self.make_classifier()
+
+    def make_classifier(self) -> nn.Module:
+        """q(y|x)'s network, for a model trained with few labels: by default an MLP of the
+        encoder's widths (`cvae.model.layers.Classifier`); a family may bring its own."""
+        return Classifier(self.config, self.data)
 
     def prior_mixture(self):
         """A learned prior as a diagonal mixture (log_weights f32[C, K], means, logvars

@@ -168,7 +168,7 @@ class Ladder(Family):
         return layer_dims(self.config.model.options)
 
     @staticmethod
-    def widths(options: Options) -> tuple[int, int]:
+    def widths(options: Options, data) -> tuple[int, int]:
         """(noise width: every layer's, code width: the top layer's), without building it."""
         dims = layer_dims(options)
         return sum(dims), dims[-1]

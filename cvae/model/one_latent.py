@@ -157,6 +157,6 @@ class OneLatent(Family):
         return mean, logvar, neg_elbo
 
     @staticmethod
-    def widths(options: Options) -> tuple[int, int]:
+    def widths(options: Options, data) -> tuple[int, int]:
         """(noise width, code width) of these options, without building the model."""
         return options.latent_dim, options.latent_dim

@@ -1,7 +1,7 @@
 """Building the run's model family: the family the config's `model` section names
 (`cvae.config.components` knows which families exist), shaped for the run's dataset.
 
-Each family is a `cvae.model.interface.Family` with its own `Options` and `widths(options)`
+Each family is a `cvae.model.interface.Family` with its own `Options` and `widths(options, data)`
 (its noise and code widths, read without building it), as big_vision's model modules export
 `Model`.
 """
@@ -13,12 +13,14 @@ from cvae.data.specs import spec_of
 
 def noise_dim(config) -> int:
     """The width of one sample's noise N(0, t^2 I)."""
-    return config.model.component.widths(config.model.options)[0]
+    return config.model.component.widths(config.model.options,
+                                         spec_of(config.data.dataset))[0]
 
 
 def code_dim(config) -> int:
     """The width of a code: what `encode` gives and `decode` takes."""
-    return config.model.component.widths(config.model.options)[1]
+    return config.model.component.widths(config.model.options,
+                                         spec_of(config.data.dataset))[1]
 
 
 def param_groups(config) -> dict[str, tuple[str, ...]]:

@@ -71,8 +71,8 @@ def keep_schedule_span(checkpoint_dir: str | Path, config: Config) -> Config:
             f"pass --fresh to start over with it, or leave --schedule-epochs out")
     log.warning("%s: continuing a run planned for %d epochs to %d: the learning-rate schedule "
                 "keeps its span of %d epochs, and later epochs train at its final rate; "
-                "pass --fresh to train %d epochs on one schedule", checkpoint_dir, stored.epochs,
-                config.run.epochs, span, config.run.epochs)
+                "pass --fresh to train %d epochs on one schedule", checkpoint_dir,
+                stored.run.epochs, config.run.epochs, span, config.run.epochs)
     return config.replace(schedule_epochs=span)
 
 
