@@ -220,7 +220,7 @@ def label_rules(classes: int) -> dict[str, str]:
     """What `digit` and `digits` accept on a model of `classes` classes, as the 422 words it."""
     within = f"in 0..{classes - 1} (this model's classes)"
     return {"digit": f"an integer {within}, or omitted for one row per class",
-            "digits": f"integers {within}, given 1 to {MAX_CLASSES} times (digits=3&digits=5), "
+            "digits": f"integers {within}, given 1 to {classes} times (digits=3&digits=5), "
                       f"or omitted for every class"}
 
 
@@ -252,12 +252,12 @@ def describe_errors(errors: list[dict], route: str = "", parameters: Sequence[st
 
 def check_labels(classes: int, **labels: int | tuple[int, ...] | None) -> None:
     """Raises the 422 of a bad query string, naming the model's range (`label_rules`), for
-    each label (digit=, digits=) outside 0..classes - 1, the served model's; None (omitted)
-    passes."""
+    each label (digit=, digits=) outside 0..classes - 1, the served model's, and for more
+    digits= than it has classes; None (omitted) passes."""
     errors = []
     for name, value in labels.items():
         values = value if isinstance(value, tuple) else (value,)
-        if any(v is not None and v >= classes for v in values):
+        if any(v is not None and v >= classes for v in values) or len(values) > classes:
             rule = label_rules(classes)[name]
             written = [str(v) for v in values] if isinstance(value, tuple) else str(value)
             errors.append({"type": "less_than_equal", "loc": ("query", name),  # as pydantic's

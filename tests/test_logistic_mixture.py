@@ -40,17 +40,19 @@ def test_each_grey_pixel_is_a_distribution_over_the_levels():
 
 
 def test_each_colour_pixel_is_a_distribution_over_the_level_cube():
-    """All 256^3 colours of one pixel: the coupled masses sum to 1."""
-    options = MixtureOptions(mixture_components=2)
-    outputs = jax.random.normal(jax.random.key(3), (2 * (1 + 6 + 3),))
-    red, green, blue = jnp.meshgrid(LEVELS, LEVELS, LEVELS, indexing="ij")
-    colours = jnp.stack([red, green, blue], -1).reshape(-1, 3)
-    nll = jax.lax.map(lambda rows: jax.vmap(lambda colour: LogisticMixture.
-                                             negative_log_likelihood(outputs, colour,
-                                                                     options=options,
-                                                                     channels=3))(rows),
-                      colours.reshape(256, -1, 3))
-    assert float(jnp.exp(-nll).sum()) == pytest.approx(1.0, abs=1e-4)
+    """One component's coupled density is p(r) p(g|r) p(b|r,g): for a red level, the masses of
+    all 65,536 (green, blue) pairs sum to p(r), red's own logistic mass; the red masses sum to
+    1 (the grey test), so the cube does, and so does a mixture of such components."""
+    options = MixtureOptions(mixture_components=1)
+    outputs = jax.random.normal(jax.random.key(3), (1 + 6 + 3,))
+    green, blue = (grid.ravel() for grid in jnp.meshgrid(LEVELS, LEVELS, indexing="ij"))
+    for red in (0.0, 0.3, 1.0):
+        colours = jnp.stack([jnp.full_like(green, red), green, blue], -1)
+        masses = jnp.exp(-jax.vmap(lambda colour: LogisticMixture.negative_log_likelihood(
+            outputs, colour, options=options, channels=3))(colours))
+        red_mass = jnp.exp(densities.discretized_logistic_log_mass(
+            jnp.float32(red), outputs[1], jnp.maximum(outputs[4], densities._MIN_LOG_SCALE)))
+        assert float(masses.sum()) == pytest.approx(float(red_mass), rel=1e-4, abs=1e-7)
 
 
 def test_the_coupling_moves_green_with_red():

@@ -76,7 +76,7 @@ def test_the_parameter_groups_cover_the_familys_own_networks_once(name):
     assert not set(groups["encoder"]) & set(groups["decoder"])
     variables = init_variables(model, jax.random.key(0))
     for collection in ("params", "batch_stats"):
-        for top in variables[collection]:
+        for top in variables.get(collection, {}):
             base = re.sub(r"_\d+$", "", top)
             assert base in SHARED or base in groups["encoder"] + groups["decoder"], (
                 collection, top)
@@ -104,3 +104,19 @@ def test_an_unknown_family_is_refused_naming_the_known_ones():
         components.component("model", "flow")
     with pytest.raises(ConfigError, match="model='flow'"):
         Config().replace(model="flow").validate()
+
+
+def test_a_family_gets_its_own_options_and_the_datas_shape_not_the_run():
+    """No family, nor any of its networks, holds the whole config: each stage its section."""
+    import dataclasses as dc
+
+    from cvae.config.sections import Config
+    from cvae.model.interface import Family
+
+    for name in CONFIGS:
+        model = create_model(CONFIGS[name])
+        fields = {f.name: getattr(model, f.name) for f in dc.fields(model)
+                  if f.name not in ("parent", "name")}
+        assert not any(isinstance(value, Config) for value in fields.values()), name
+        assert fields["options"] == CONFIGS[name].model.options
+    assert "config" not in {f.name for f in dc.fields(Family)}

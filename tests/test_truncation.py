@@ -147,10 +147,10 @@ def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, dat
     card = (folder / "README.md").read_text()
     sharpness, own = (trained_run.config.drawing.pixel_sharpness,
                       trained_run.config.drawing.truncation)
-    assert (f"No figures here: {eval_json} scored samples drawn with pixel_sharpness "
-            f"{sharpness!r}, truncation {own!r}, this export draws with pixel_sharpness "
-            f"{sharpness!r}, truncation 0.3; run `cvae eval --checkpoint-dir {run} --json "
-            f"{eval_json} --pixel-sharpness {sharpness!r} --truncation 0.3`") in card
+    assert (f"No figures here: {eval_json} scored samples drawn with truncation {own!r}, "
+            f"pixel_sharpness {sharpness!r}, this export draws with truncation 0.3, "
+            f"pixel_sharpness {sharpness!r}; run `cvae eval --checkpoint-dir {run} --json "
+            f"{eval_json} --truncation 0.3 --pixel-sharpness {sharpness!r}`") in card
     assert "--truncation 0.3" in card  # the train command that makes this config
 
     capsys.readouterr()

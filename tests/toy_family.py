@@ -36,7 +36,7 @@ class Toy(Family):
     PARAM_GROUPS = {"encoder": ("hidden_in", "into"), "decoder": ("hidden_out", "out")}
 
     def setup(self):
-        options = self.config.model.options
+        options = self.options
         self.hidden_in = nn.Dense(options.toy_hidden)
         self.into = nn.Dense(2 * options.toy_latent)
         self.hidden_out = nn.Dense(options.toy_hidden)
@@ -74,7 +74,7 @@ class Toy(Family):
         mean, logvar = self.encode(images, labels)
         logits = self.decode(z, jnp.broadcast_to(labels, z.shape[:-1]))
         log_px = -densities.reconstruction(logits, jnp.broadcast_to(images, logits.shape),
-                                           self.config.likelihood,
+                                           self.likelihood,
                                            channels=self.data.channels)
         return sampled_terms(log_px, self.log_prior(z, labels, sampling=sampling_prior),
                              densities.gaussian_log_density(z, mean, logvar))
@@ -82,6 +82,6 @@ class Toy(Family):
     def reconstruct(self, images, labels):
         mean, logvar = self.encode(images, labels)
         neg_elbo = densities.reconstruction(self.decode(mean, labels), images,
-                                            self.config.likelihood,
+                                            self.likelihood,
                                            channels=self.data.channels)
         return mean, logvar, neg_elbo + densities.kl_per_dimension(mean, logvar).sum(-1)

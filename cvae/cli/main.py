@@ -20,10 +20,11 @@ from pathlib import Path
 
 from cvae import limits
 from cvae.cli import help as cli_help
-from cvae.config import presets
+from cvae.config import flat, presets
 from cvae.config import toml as config_toml
 from cvae.config.sections import Config
-from cvae.cli.train import PRINTED_HEADER, add_train_flags, config_from_args, help_preset
+from cvae.cli.train import (PRINTED_HEADER, add_train_flags, config_from_args, given_paths,
+                            help_preset)
 from cvae.cli.types import add_step_flag, add_truncation_flag, bounded
 from cvae.cli.data import add_data_flags, cmd_data
 from cvae.errors import USER_ERRORS
@@ -204,19 +205,50 @@ def register_own_dataset(args) -> None:
         register_prepared(args.data_dir, name)
 
 
+def measured_on(args) -> Config:
+    """The preset the run starts from: the one its settings were measured with."""
+    named = config_toml.read_config_file(args.config)[0] if args.config else None
+    return presets.get_preset(args.preset or named or "default")
+
+
+def chosen_from_data(args, config: Config, data):
+    """`config` with the settings nobody gave chosen from `data` (`cvae.training.choices`),
+    and the choices; none when the run trains on its preset's own dataset."""
+    from cvae.training.choices import Choices, choose
+
+    if data is None:
+        return config, Choices({}, ())
+    from cvae.data.profile import profile
+
+    given = given_paths(args)
+    if args.preset not in (None, "default"):  # a preset is measured as a whole
+        given |= set(flat.all_leaves(Config))
+    choices = choose(config, profile(data.train_images, data.train_labels), given=given)
+    return config.updated(choices.changes).validate(), choices
+
+
 def cmd_train(args) -> int:
     from cvae.data.load import load_dataset
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     register_own_dataset(args)
     config = config_from_args(args)
+    data = None
+    if config.data.dataset != measured_on(args).data.dataset:  # settings to choose from it
+        data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
+    config, choices = chosen_from_data(args, config, data)
     if args.print_config:
-        print(config_toml.to_toml(config, header=PRINTED_HEADER), end="")
+        print(config_toml.to_toml(config, header="\n".join(
+            [PRINTED_HEADER, *([""] + choices.describe(config.data.dataset).splitlines()
+                               if choices.reasons else [])])), end="")
         return 0
+    if choices.reasons:
+        print(choices.describe(config.data.dataset), flush=True)
     # Training never opens the test files: selection uses the validation split
     # (cvae/data/splits.py). Loaded before the checkpoint dir is made, so data that is refused
     # (too large, or not what the model was trained on) leaves no empty run behind.
-    data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
+    if data is None:
+        data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
     checkpoint_dir = Path(args.checkpoint_dir)
     ensure_writable(checkpoint_dir)
 
@@ -231,7 +263,8 @@ def cmd_train(args) -> int:
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,
-                                  writer=processes.is_writer, command=args.command_line)
+                                  writer=processes.is_writer, command=args.command_line,
+                                  choices=choices.reasons)
     try:
         run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
                                  fresh=args.fresh,

@@ -141,6 +141,15 @@ def add_distributed_flags(group) -> None:
                             f"stops (default {DEFAULT_HEARTBEAT_TIMEOUT})")
 
 
+def given_paths(args: argparse.Namespace) -> set[str]:
+    """The settings the flags and the --config file set, by path."""
+    given = {path for name, path in flat.flat_names(Config).items()
+             if getattr(args, name, None) is not None}
+    if args.config is not None:
+        given |= set(config_toml.read_config_file(args.config)[1])
+    return given
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """The preset's config, then the --config file's settings, then the flags given (a
     component's option is refused unless the config names that component)."""

@@ -43,7 +43,7 @@ def generative_error(model, variables, *, spec: DatasetSpec, images_u8: np.ndarr
         rows = images_u8[start:start + batch_size].reshape(-1, spec.pixels)
         pad = batch_size - len(rows)
         x = iwae.scored_inputs(jax.random.fold_in(binarize_key, i),
-                               np.pad(rows, ((0, pad), (0, 0))), model.config.likelihood.name)
+                               np.pad(rows, ((0, pad), (0, 0))), model.likelihood.name)
         batch_key = jax.random.fold_in(sample_key, i)
         scores = np.stack([np.asarray(bound(variables, x, jnp.full((batch_size,), y, jnp.int32),
                                             batch_key)) for y in range(spec.num_classes)],

@@ -150,7 +150,7 @@ def test_set_bounds(model, variables: dict, *, images_u8: np.ndarray, labels: np
         pad = batch_size - (rows.stop - rows.start)
         rows_u8 = images_u8[rows].reshape(-1, model.data.pixels)
         x = scored_inputs(jax.random.fold_in(binarize_key, i),
-                          np.pad(rows_u8, ((0, pad), (0, 0))), model.config.likelihood.name)
+                          np.pad(rows_u8, ((0, pad), (0, 0))), model.likelihood.name)
         y = jnp.asarray(np.pad(labels[rows], (0, pad)), jnp.int32)
         batch_key = jax.random.fold_in(sample_key, i)
         conditional.append(np.asarray(cond_fn(variables, x, y, batch_key))[:batch_size - pad])

@@ -48,10 +48,10 @@ def report_shapes(num_classes: int) -> dict[str, tuple[int, int]]:
     }
 
 
-def _decode_soft(model, variables: dict, *, z: jax.Array, onehot: jax.Array) -> np.ndarray:
+def _decode_soft(model, variables: dict, *, z: jax.Array, onehot: jax.Array,
+                 sharpness: float) -> np.ndarray:
     logits = model.apply(variables, z, onehot, method="decode_onehot")
-    return np.asarray(pixel_means(logits, model.config.drawing.pixel_sharpness,
-                                  likelihood=model.config.likelihood,
+    return np.asarray(pixel_means(logits, sharpness, likelihood=model.likelihood,
                                   channels=model.data.channels)).reshape(
         -1, *model.data.stored_shape)
 
@@ -74,13 +74,13 @@ def _one_per_digit(labels: np.ndarray, count: int, rng: np.random.Generator, *,
     return np.asarray(picks)
 
 
-def reconstructions(model, variables, *, images_u8, labels, rng) -> np.ndarray:
+def reconstructions(model, variables, *, images_u8, labels, rng, sharpness: float) -> np.ndarray:
     """float[2 * RECON_ROW_PAIRS * RECON_COLS, *stored shape]: input rows above output rows."""
     shape, classes = model.data.stored_shape, model.num_classes
     picks = _one_per_digit(labels, RECON_COLS * RECON_ROW_PAIRS, rng, num_classes=classes)
     mean = _posterior_means(model, variables, images_u8=images_u8[picks], labels=labels[picks])
-    outputs = _decode_soft(model, variables, z=mean, onehot=jax.nn.one_hot(labels[picks],
-                                                                           classes))
+    outputs = _decode_soft(model, variables, sharpness=sharpness, z=mean,
+                           onehot=jax.nn.one_hot(labels[picks], classes))
     inputs = to_unit(images_u8[picks].reshape(-1, *shape))
     rows = []
     for pair in range(RECON_ROW_PAIRS):
@@ -89,20 +89,20 @@ def reconstructions(model, variables, *, images_u8, labels, rng) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def label_swap(model, variables, *, images_u8, labels, rng) -> np.ndarray:
+def label_swap(model, variables, *, images_u8, labels, rng, sharpness: float) -> np.ndarray:
     shape, classes = model.data.stored_shape, model.num_classes
     picks = _one_per_digit(labels, SWAP_ROWS, rng, num_classes=classes)
     mean = np.asarray(_posterior_means(model, variables, images_u8=images_u8[picks],
                                        labels=labels[picks]))
     z = np.repeat(mean, classes, axis=0)
     onehot = np.tile(np.eye(classes, dtype=np.float32), (SWAP_ROWS, 1))
-    decoded = _decode_soft(model, variables, z=z, onehot=onehot).reshape(SWAP_ROWS, classes,
-                                                                         *shape)
+    decoded = _decode_soft(model, variables, sharpness=sharpness, z=z,
+                           onehot=onehot).reshape(SWAP_ROWS, classes, *shape)
     inputs = to_unit(images_u8[picks].reshape(-1, 1, *shape))
     return np.concatenate([inputs, decoded], axis=1).reshape(-1, *shape)
 
 
-def interpolation(model, variables, *, images_u8, labels, rng) -> np.ndarray:
+def interpolation(model, variables, *, images_u8, labels, rng, sharpness: float) -> np.ndarray:
     shape, classes = model.data.stored_shape, model.num_classes
     starts = _one_per_digit(labels, INTERP_ROWS, rng, num_classes=classes)
     ends = _one_per_digit(labels, INTERP_ROWS + 3, rng,
@@ -115,7 +115,7 @@ def interpolation(model, variables, *, images_u8, labels, rng) -> np.ndarray:
     z = (1 - alphas) * mean_a[:, None] + alphas * mean_b[:, None]
     eye = np.eye(classes, dtype=np.float32)
     onehot = (1 - alphas) * eye[labels[starts]][:, None] + alphas * eye[labels[ends]][:, None]
-    decoded = _decode_soft(model, variables, z=z.reshape(-1, z.shape[-1]),
+    decoded = _decode_soft(model, variables, sharpness=sharpness, z=z.reshape(-1, z.shape[-1]),
                            onehot=onehot.reshape(-1, classes)).reshape(INTERP_ROWS, -1, *shape)
     first = to_unit(images_u8[starts].reshape(-1, 1, *shape))
     last = to_unit(images_u8[ends].reshape(-1, 1, *shape))
@@ -127,20 +127,23 @@ def temperature_sweep(sampler, seed: int) -> np.ndarray:
                            for t in TEMPERATURES])
 
 
-def write_reports(model, variables: dict, *, images_u8: np.ndarray, labels: np.ndarray,
-                  out_dir: str | Path, seed: int = 0) -> dict[str, str]:
+def write_reports(model, variables: dict, *, config, images_u8: np.ndarray,
+                  labels: np.ndarray, out_dir: str | Path, seed: int = 0) -> dict[str, str]:
     """Write the four PNGs into out_dir; returns {name: path}. images_u8: uint8[N, *stored
-    shape] of the model's dataset."""
+    shape] of the model's dataset; `config`: the run's (how its samples are drawn and
+    rendered)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = np.asarray(labels)
-    sampler = create_sampler(model, model.config, variables)
+    sampler = create_sampler(model, config, variables)
+    shown = {"images_u8": images_u8, "labels": labels,
+             "sharpness": config.drawing.pixel_sharpness}
     grids = {
-        "reconstructions.png": reconstructions(model, variables, images_u8=images_u8, labels=labels,
+        "reconstructions.png": reconstructions(model, variables, **shown,
                                                rng=np.random.default_rng(seed)),
-        "label_swap.png": label_swap(model, variables, images_u8=images_u8, labels=labels,
+        "label_swap.png": label_swap(model, variables, **shown,
                                      rng=np.random.default_rng(seed + 1)),
-        "interpolation.png": interpolation(model, variables, images_u8=images_u8, labels=labels,
+        "interpolation.png": interpolation(model, variables, **shown,
                                            rng=np.random.default_rng(seed + 2)),
         "temperature.png": temperature_sweep(sampler, seed),
     }

@@ -55,6 +55,7 @@ from cvae.errors import ConfigError
 from cvae.limits import DEFAULT_TEMPERATURE
 from cvae.evaluation import (classification, fidelity, iwae, label_swap, reconstructions,
                              reports)
+from cvae.config import components
 from cvae.model.binarization import scores_levels
 from cvae.model.densities import bits_per_dim
 from cvae.model.registry import create_model, noise_dim
@@ -108,8 +109,10 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
                  *, options: EvalOptions) -> dict:
     config = checkpoint.config
     if not config.likelihood.component.bounded or options.iwae_k == 0:
-        why = (f"IWAE NLL is defined only for a likelihood that is a density of the data, "
-               f"not {config.likelihood.name}" if options.iwae_k else "--iwae-k 0")
+        bounded = [name for name in components.names("likelihood")
+                   if components.component("likelihood", name).bounded]
+        why = (f"IWAE NLL is defined for the {', '.join(bounded)} likelihoods only (densities "
+               f"of the data), not {config.likelihood.name}" if options.iwae_k else "--iwae-k 0")
         return {"iwae": None, "iwae_note": why}
     start = time.perf_counter()
     if options.iwae_limit:
@@ -351,7 +354,7 @@ def run_eval(checkpoint_dir: str | Path, data_dir: str | Path, options: EvalOpti
     if report_dir is not None:
         limit = options.test_limit or len(data.test_labels)
         results["reports"] = reports.write_reports(
-            create_model(checkpoint.config), checkpoint.variables,
+            create_model(checkpoint.config), checkpoint.variables, config=checkpoint.config,
             images_u8=data.test_images[:limit], labels=data.test_labels[:limit],
             out_dir=report_dir, seed=options.seed)
     print(summary_table(results))

@@ -139,7 +139,7 @@ class Hierarchical(Family):
                     "decoder": ("start", "decoder_cells", "priors", "injections", "head")}
 
     def setup(self):
-        options, data = self.config.model.options, self.data
+        options, data = self.options, self.data
         self.sides = resolutions(options, data.height, data.width)
         self.shapes = group_shapes(options, data.height, data.width)
         width, groups = options.width, len(self.shapes)
@@ -155,11 +155,11 @@ class Hierarchical(Family):
                                 kernel_init=nn.initializers.zeros) for _ in range(groups - 1)]
         self.posteriors = [nn.Dense(2 * options.latent_channels) for _ in range(groups - 1)]
         self.injections = [nn.Dense(width) for _ in range(groups)]
-        self.head = nn.Dense(densities.output_channels(self.config.likelihood, data.channels))
+        self.head = nn.Dense(densities.output_channels(self.likelihood, data.channels))
         self.setup_prior(math.prod(self.shapes[0]), logvar_bound=LOGVAR_BOUND)
 
     def make_classifier(self) -> nn.Module:
-        return ConvClassifier(self.config.model.options.width, self.data.num_classes,
+        return ConvClassifier(self.options.width, self.data.num_classes,
                               self.data.image_shape)
 
     @staticmethod
@@ -177,7 +177,7 @@ class Hierarchical(Family):
         for level in range(len(self.sides)):
             if level:
                 h = nn.avg_pool(h, (2, 2), strides=(2, 2))
-            for _ in range(self.config.model.options.depths[level]):
+            for _ in range(self.options.depths[level]):
                 h = next(cells)(h, onehot)
             maps.append(h)
         return maps
@@ -189,7 +189,7 @@ class Hierarchical(Family):
     def _top_down(self, onehot: jax.Array, z_of: Callable, maps: list | None):
         """The decoder: z_of(index, q or None, p or None) gives each group's draw (q is None
         without the encoder's maps). -> (decoder outputs f32[N, M * H * W], the groups)."""
-        depths = self.config.model.options.depths
+        depths = self.options.depths
         n = onehot.shape[0]
         h = jnp.broadcast_to(self.start, (n, *self.start.shape))
         groups, index, cells = [], 0, iter(self.decoder_cells)
@@ -204,11 +204,11 @@ class Hierarchical(Family):
                     index += 1
                 h = next(cells)(h, onehot)
         outputs = self.head(nn.gelu(h))
-        return _flat_outputs(outputs, self.config.likelihood, self.data.channels), groups
+        return _flat_outputs(outputs, self.likelihood, self.data.channels), groups
 
     def _latent(self, index: int, h, onehot, *, z_of: Callable, maps, level: int):
         """One block's latent group: its prior, posterior and draw, added into the state."""
-        zeros = jnp.zeros(h.shape[:-1] + (self.config.model.options.latent_channels,))
+        zeros = jnp.zeros(h.shape[:-1] + (self.options.latent_channels,))
         if index == 0:
             q = self._code_posterior(maps[level]) if maps is not None else None
             p = (zeros, zeros)
@@ -256,9 +256,9 @@ class Hierarchical(Family):
         outputs, groups = self._top_down(onehot, z_of, maps)
         return outputs.reshape(*lead, -1), groups, lead
 
-    def _terms(self, images, labels, outputs, groups, lead, *, sampling_prior: bool) -> Terms:
+    def _terms(self, images, labels, *, outputs, groups, lead, sampling_prior: bool) -> Terms:
         targets = jnp.broadcast_to(images, (*lead, images.shape[-1]))
-        log_px = -densities.reconstruction(outputs, targets, self.config.likelihood,
+        log_px = -densities.reconstruction(outputs, targets, self.likelihood,
                                            channels=self.data.channels)
 
         def per_row(x):  # f32[N, h, w, c] -> f32[..., B, h * w * c]
@@ -287,12 +287,14 @@ class Hierarchical(Family):
     def terms(self, images, labels, noise, *, train: bool = False,
               sampling_prior: bool = False) -> Terms:
         outputs, groups, lead = self._pass(images, labels, noise, given=False)
-        return self._terms(images, labels, outputs, groups, lead, sampling_prior=sampling_prior)
+        return self._terms(images, labels, outputs=outputs, groups=groups, lead=lead,
+                           sampling_prior=sampling_prior)
 
     def score(self, images, labels, z, *, train: bool = False,
               sampling_prior: bool = False) -> Terms:
         outputs, groups, lead = self._pass(images, labels, z, given=True)
-        return self._terms(images, labels, outputs, groups, lead, sampling_prior=sampling_prior)
+        return self._terms(images, labels, outputs=outputs, groups=groups, lead=lead,
+                           sampling_prior=sampling_prior)
 
     def encode(self, images, labels, *, train: bool = False):
         """The code's posterior q(z_code | x, y): (mean, logvar) f32[B, code_dim]."""
@@ -328,7 +330,7 @@ class Hierarchical(Family):
         outputs, groups, lead = self._pass(images, labels, zeros, given=False)
         kl = sum(densities.gaussian_kl((g.q_mean, g.q_logvar), (g.p_mean, g.p_logvar)
                                        ).reshape(*lead, -1).sum(-1) for g in groups)
-        neg_elbo = densities.reconstruction(outputs, images, self.config.likelihood,
+        neg_elbo = densities.reconstruction(outputs, images, self.likelihood,
                                            channels=self.data.channels) + kl
         code = groups[0]
         return (code.q_mean.reshape(images.shape[0], -1),

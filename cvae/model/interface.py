@@ -1,7 +1,10 @@
 """What every model family answers, so that no caller asks which family it holds.
 
-A family is a Flax Linen module built as `Family(config, data)` (the run's config and its
-dataset's spec, `cvae.data.specs`) and registered by name (`cvae.model.registry`). It answers:
+A family is a Flax Linen module built from its own options, its dataset's spec
+(`cvae.data.specs`) and the parts of the run it is made of (the prior's and the likelihood's
+sections, the truncation, the labelled count), never the whole config
+(`cvae.model.registry.create_model`), and registered by name (`cvae.config.components`). It
+answers:
 
 - `noise_dim`, `code_dim`: the width of one sample's N(0, t^2 I) noise, and of a code (what
   `encode` gives and `decode` takes: the posterior the transfer, walks and prior fit work on);
@@ -23,13 +26,13 @@ cvae/model/prior.py and cvae/model/learned_prior.py say what each prior is).
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config.sections import Config
+from cvae.config.components import LikelihoodSection, PriorSection
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities, learned_prior
 from cvae.model import prior as prior_lib
@@ -60,8 +63,12 @@ def sampled_terms(log_px, log_pz, log_qz) -> Terms:
 class Family(nn.Module):
     """The base of every family: the fields, the label's one-hot, the prior and q(y|x)."""
 
-    config: Config
-    data: DatasetSpec
+    options: Any  # the family's own `Options`
+    data: DatasetSpec  # the images' shape and classes
+    prior_config: PriorSection  # the prior over codes: its name and options
+    likelihood: LikelihoodSection  # p(x|z,y): its name and options
+    truncation: float  # where samples' noise is pulled in (`drawing.truncation`)
+    labelled: int | None  # how many training images keep their labels; None: all
 
     # Which top-level modules each exported function reads (`cvae export` keeps only those),
     # and which ones `--freeze encoder|decoder` holds fixed. Each family sets its own.
@@ -82,11 +89,11 @@ class Family(nn.Module):
 
     @property
     def noise_dim(self) -> int:
-        return self.widths(self.config.model.options, self.data)[0]
+        return self.widths(self.options, self.data)[0]
 
     @property
     def code_dim(self) -> int:
-        return self.widths(self.config.model.options, self.data)[1]
+        return self.widths(self.options, self.data)[1]
 
     @property
     def num_classes(self) -> int:
@@ -95,7 +102,7 @@ class Family(nn.Module):
     @property
     def has_classifier(self) -> bool:
         """Whether the model learns q(y|x): trained with few labels (`--labels N`)."""
-        return self.config.labels.labelled_count is not None
+        return self.labelled is not None
 
     def onehot(self, labels: jax.Array) -> jax.Array:
         return jax.nn.one_hot(labels, self.num_classes)
@@ -108,18 +115,18 @@ class Family(nn.Module):
     @property
     def prior(self):
         """The run's prior (`cvae.model.priors`)."""
-        return self.config.prior.component
+        return self.prior_config.component
 
     def setup_prior(self, code_dim: int, *, logvar_bound: float = 8.0) -> None:
         """Declares the prior's variables on this module (call from `setup`): the "prior"
         collection's mixture, where the run has one, and a learned prior's parameters (its
         log-variances soft-clamped as the family clamps its own)."""
-        cfg, prior = self.config, self.prior
+        options, prior = self.prior_config.options, self.prior
         where = (prior_lib.COLLECTION, prior_lib.VARIABLE)
         if prior.draws_from_mixture and (self.is_initializing() or self.has_variable(*where)):
             self.mixture = self.variable(*where, prior_lib.standard_mixture, self.num_classes,
-                                         prior.components(cfg.prior.options), code_dim)
-        learned = prior.learned_module(cfg.prior.options, code_dim=code_dim,
+                                         prior.components(options), code_dim)
+        learned = prior.learned_module(options, code_dim=code_dim,
                                        pixels=self.data.pixels, num_classes=self.num_classes,
                                        logvar_bound=logvar_bound)
         if learned is not None:
@@ -130,7 +137,7 @@ class Family(nn.Module):
     def make_classifier(self) -> nn.Module:
         """q(y|x)'s network, for a model trained with few labels: by default an MLP of the
         encoder's widths (`cvae.model.layers.Classifier`); a family may bring its own."""
-        return Classifier(self.config, self.data)
+        return Classifier(self.options, self.data)
 
     def prior_mixture(self):
         """A learned prior as a diagonal mixture (log_weights f32[C, K], means, logvars
@@ -157,7 +164,7 @@ class Family(nn.Module):
         samples come from and the config's truncation."""
         mixture = self.mixture.value if self.prior.draws_from_mixture else None
         return prior_lib.draw(noise, labels, mixture=mixture,
-                              truncation=self.config.drawing.truncation, sample_fn=sample_fn)
+                              truncation=self.truncation, sample_fn=sample_fn)
 
     def classify(self, images: jax.Array, *, train: bool = False) -> jax.Array:
         """Logits of q(y | x), f32[B, classes]; only for a model trained with `--labels N`."""

@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config.sections import Config
+from cvae.config.components import LikelihoodSection
 from cvae.config.settings import setting
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities
@@ -86,13 +86,13 @@ class _MLP(nn.Module):
     convolutional features first (`architecture="conv"`), the label after them."""
 
     widths: tuple[int, ...]
-    config: Config
+    options: Options
     data: DatasetSpec | None = None  # the stem's image shape; None: no stem
 
     @nn.compact
     def __call__(self, h: jax.Array, onehot: jax.Array | None = None, *,
                  train: bool) -> jax.Array:
-        cfg = self.config
+        cfg = self.options
         if self.data is not None:
             h = image_features(h, cfg, self.data)
         if onehot is not None:
@@ -105,11 +105,11 @@ class _MLP(nn.Module):
 class _Post(nn.Module):
     """What follows a decoder layer's dense map: (BatchNorm) -> activation -> (Dropout)."""
 
-    config: Config
+    options: Options
 
     @nn.compact
     def __call__(self, h: jax.Array, *, train: bool) -> jax.Array:
-        return after_dense(h, self.config, train=train)
+        return after_dense(h, self.options, train=train)
 
 
 class _Gaussian(nn.Module):
@@ -125,12 +125,13 @@ class _Gaussian(nn.Module):
 
 
 class _PixelHead(nn.Module):
-    config: Config
+    options: Options
+    likelihood: LikelihoodSection
     data: DatasetSpec
 
     @nn.compact
     def __call__(self, h: jax.Array) -> jax.Array:
-        return pixel_logits(h, self.config, self.data)
+        return pixel_logits(h, self.options, self.likelihood, data=self.data)
 
 
 _DOWN = ("top_down_nets", "top_down_heads", "decoder_layers", "decoder_blocks", "pixels")
@@ -147,25 +148,25 @@ class Ladder(Family):
     PARAM_GROUPS = {"encoder": ("bottom", "upper", "bottom_up_heads"), "decoder": _DOWN}
 
     def setup(self):
-        cfg, dims = self.config, self.latent_dims
-        if cfg.model.options.architecture == "conv":
+        cfg, dims = self.options, self.latent_dims
+        if cfg.architecture == "conv":
             check_conv_shape(self.data)
-        n, upper = len(dims), cfg.model.options.hidden_sizes[-1]
-        self.bottom = _MLP(cfg.model.options.hidden_sizes, cfg, self.data)
+        n, upper = len(dims), cfg.hidden_sizes[-1]
+        self.bottom = _MLP(cfg.hidden_sizes, cfg, self.data)
         self.upper = [_MLP((upper,), cfg) for _ in range(n - 1)]
-        self.bottom_up_heads = [_Gaussian(d, cfg.model.options.logvar_bound) for d in dims]
+        self.bottom_up_heads = [_Gaussian(d, cfg.logvar_bound) for d in dims]
         self.top_down_nets = [_MLP((upper,), cfg) for _ in range(n - 1)]
-        self.top_down_heads = [_Gaussian(d, cfg.model.options.logvar_bound) for d in dims[:-1]]
-        self.decoder_layers = [nn.Dense(w) for w in reversed(cfg.model.options.hidden_sizes)]
-        if cfg.model.options.batch_norm or cfg.model.options.dropout_rate > 0:
-            self.decoder_blocks = [_Post(cfg) for _ in cfg.model.options.hidden_sizes]
-        self.pixels = (_PixelHead(cfg, self.data) if cfg.model.options.architecture == "conv"
-                       else nn.Dense(output_width(cfg, self.data)))
-        self.setup_prior(dims[-1], logvar_bound=cfg.model.options.logvar_bound)
+        self.top_down_heads = [_Gaussian(d, cfg.logvar_bound) for d in dims[:-1]]
+        self.decoder_layers = [nn.Dense(w) for w in reversed(cfg.hidden_sizes)]
+        if cfg.batch_norm or cfg.dropout_rate > 0:
+            self.decoder_blocks = [_Post(cfg) for _ in cfg.hidden_sizes]
+        self.pixels = (_PixelHead(cfg, self.likelihood, self.data) if cfg.architecture == "conv"
+                       else nn.Dense(output_width(self.likelihood, self.data)))
+        self.setup_prior(dims[-1], logvar_bound=cfg.logvar_bound)
 
     @property
     def latent_dims(self) -> tuple[int, ...]:
-        return layer_dims(self.config.model.options)
+        return layer_dims(self.options)
 
     @staticmethod
     def widths(options: Options, data) -> tuple[int, int]:
@@ -224,12 +225,12 @@ class Ladder(Family):
 
     def _decode_all(self, z, onehot, *, train: bool = False) -> jax.Array:
         """Every layer's z f32[..., B, noise_dim] -> pixel logits f32[..., B, P]."""
-        every = self.config.model.options.label_conditioning == "every"
+        every = self.options.label_conditioning == "every"
         h = _with_label(z, onehot)
         for i, dense in enumerate(self.decoder_layers):
             h = dense(_with_label(h, onehot) if (i and every) else h)
             h = (self.decoder_blocks[i](h, train=train) if hasattr(self, "decoder_blocks")
-                 else ACTIVATION_FNS[self.config.model.options.activation](h))
+                 else ACTIVATION_FNS[self.options.activation](h))
         return self.pixels(_with_label(h, onehot) if every else h)
 
     def draws(self, images, labels, noise, *, train: bool = False) -> jax.Array:
@@ -254,7 +255,7 @@ class Ladder(Family):
 
     def _terms(self, images, labels, *, logits, layers, sampling_prior) -> Terms:
         targets = jnp.broadcast_to(images, logits.shape[:-1] + images.shape[-1:])
-        log_px = -densities.reconstruction(logits, targets, self.config.likelihood,
+        log_px = -densities.reconstruction(logits, targets, self.likelihood,
                                            channels=self.data.channels)
         *lower, top = layers
         log_q = [densities.gaussian_log_density(t.z, t.q_mean, t.q_logvar) for t in layers]
@@ -302,7 +303,7 @@ class Ladder(Family):
         logits, layers = self._pass(images, labels, zeros, train=False)
         kl = sum(densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar)).sum(-1)
                  for t in layers)
-        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood,
+        neg_elbo = densities.reconstruction(logits, images, self.likelihood,
                                            channels=self.data.channels) + kl
         top = layers[-1]
         return top.q_mean[0], top.q_logvar[0], neg_elbo[0]

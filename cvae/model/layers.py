@@ -8,13 +8,12 @@ are the checkpoint's parameter paths: renaming a class here breaks every stored 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config.sections import Config
 from cvae.data.specs import DatasetSpec
 from cvae.errors import ConfigError
 from cvae.model import convolution
@@ -47,12 +46,12 @@ def check_conv_shape(data: DatasetSpec) -> None:
             f"images, or use --architecture mlp")
 
 
-def after_dense(h: jax.Array, config: Config, *, train: bool) -> jax.Array:
+def after_dense(h: jax.Array, options, *, train: bool) -> jax.Array:
     """What follows a dense map in every hidden block: (BatchNorm) -> activation -> (Dropout).
     Call it inside a module's compact method: its BatchNorm is that module's own."""
-    return _normalise_activate_drop(h, activation=config.model.options.activation,
-                                    dropout_rate=config.model.options.dropout_rate,
-                                    batch_norm=config.model.options.batch_norm, train=train)
+    return _normalise_activate_drop(h, activation=options.activation,
+                                    dropout_rate=options.dropout_rate,
+                                    batch_norm=options.batch_norm, train=train)
 
 
 def _normalise_activate_drop(h: jax.Array, *, activation: str, dropout_rate: float,
@@ -81,19 +80,19 @@ class _Block(nn.Module):
                                         batch_norm=self.batch_norm, train=train)
 
 
-def block(config: Config, width: int) -> _Block:
+def block(options, width: int) -> _Block:
     """A hidden block of the config's activation, dropout and BatchNorm."""
-    return _Block(width, config.model.options.activation, config.model.options.dropout_rate,
-                  config.model.options.batch_norm)
+    return _Block(width, options.activation, options.dropout_rate,
+                  options.batch_norm)
 
 
-def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
+def image_features(images: jax.Array, options, data: DatasetSpec) -> jax.Array:
     """f32[..., B, P] -> what the first dense layer reads: the pixels themselves, or with
     `architecture="conv"` two strided convolutions' maps, flattened. Call it inside a module's
     compact method: its layers are that module's own (Conv_0, Conv_1)."""
-    if config.model.options.architecture != "conv":
+    if options.architecture != "conv":
         return images
-    act = ACTIVATION_FNS[config.model.options.activation]
+    act = ACTIVATION_FNS[options.activation]
     lead = images.shape[:-1]
     h = images.reshape(-1, *data.image_shape)
     for features in CONV_FEATURES:
@@ -101,45 +100,45 @@ def image_features(images: jax.Array, config: Config, data: DatasetSpec) -> jax.
     return h.reshape(*lead, -1)
 
 
-def output_width(config: Config, data: DatasetSpec) -> int:
+def output_width(likelihood, data: DatasetSpec) -> int:
     """The decoder's outputs per image: the likelihood's parameters for every location."""
-    return data.height * data.width * output_channels(config.likelihood, data.channels)
+    return data.height * data.width * output_channels(likelihood, data.channels)
 
 
-def pixel_logits(h: jax.Array, config: Config, data: DatasetSpec) -> jax.Array:
+def pixel_logits(h: jax.Array, options, likelihood, *, data: DatasetSpec) -> jax.Array:
     """The last hidden layer f32[..., B, W] -> decoder outputs f32[..., B, M * H * W]
     (`output_width`; M outputs a location, laid out as the likelihood says): one dense
     layer, or with `architecture="conv"` a dense map at a quarter of the side and two transposed
     convolutions. Call it inside a module's compact method."""
-    if config.model.options.architecture != "conv":
-        return nn.Dense(output_width(config, data))(h)
-    act = ACTIVATION_FNS[config.model.options.activation]
+    if options.architecture != "conv":
+        return nn.Dense(output_width(likelihood, data))(h)
+    act = ACTIVATION_FNS[options.activation]
     lead = h.shape[:-1]
     side_h, side_w = data.height // CONV_DOWNSAMPLING, data.width // CONV_DOWNSAMPLING
     deepest = CONV_FEATURES[-1]
     h = act(nn.Dense(side_h * side_w * deepest)(h)).reshape(-1, side_h, side_w, deepest)
     for features in CONV_FEATURES[-2::-1]:
         h = act(convolution.ConvTranspose(features)(h))
-    per_location = output_channels(config.likelihood, data.channels)
+    per_location = output_channels(likelihood, data.channels)
     h = convolution.ConvTranspose(per_location)(h)
     per_value = per_location // data.channels
-    if config.likelihood.component.parameter_major and per_value > 1:
+    if likelihood.component.parameter_major and per_value > 1:
         # [N, H, W, k * C] -> [N, k, H, W, C]: each parameter's image together
         h = jnp.moveaxis(h.reshape(*h.shape[:-1], per_value, data.channels), -2, 1)
-    return h.reshape(*lead, output_width(config, data))
+    return h.reshape(*lead, output_width(likelihood, data))
 
 
 class Classifier(nn.Module):
     """q(y | x) of the semi-supervised model (M2): image -> class logits, an MLP of the
     encoder's widths (its convolutions first with `architecture="conv"`)."""
 
-    config: Config
+    options: Any  # the family's options: its architecture, widths and activation
     data: DatasetSpec
 
     @nn.compact
     def __call__(self, images: jax.Array, *, train: bool) -> jax.Array:
         """images f32[B, P] in [0, 1] -> logits f32[B, classes]."""
-        h = image_features(images, self.config, self.data)
-        for width in self.config.model.options.hidden_sizes:
-            h = block(self.config, width)(h, train=train)
+        h = image_features(images, self.options, self.data)
+        for width in self.options.hidden_sizes:
+            h = block(self.options, width)(h, train=train)
         return nn.Dense(self.data.num_classes)(h)

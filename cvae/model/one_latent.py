@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from cvae.config.sections import Config
+from cvae.config.components import LikelihoodSection
 from cvae.config.settings import setting
 from cvae.data.specs import DatasetSpec
 from cvae.model import densities
@@ -48,31 +48,32 @@ class Options:
 
 
 class Encoder(nn.Module):
-    config: Config
+    options: Options
     data: DatasetSpec
 
     @nn.compact
     def __call__(self, images: jax.Array, onehot: jax.Array, *, train: bool):
         """images f32[B, P] in [0, 1]; onehot f32[B, C] -> mean, logvar f32[B, L]."""
-        cfg = self.config
+        cfg = self.options
         h = jnp.concatenate([image_features(images, cfg, self.data), onehot], axis=-1)
-        for width in cfg.model.options.hidden_sizes:
+        for width in cfg.hidden_sizes:
             h = block(cfg, width)(h, train=train)
-        mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.model.options.latent_dim)(h), 2, axis=-1)
-        return mean, soft_clamp(raw_logvar, cfg.model.options.logvar_bound)
+        mean, raw_logvar = jnp.split(nn.Dense(2 * cfg.latent_dim)(h), 2, axis=-1)
+        return mean, soft_clamp(raw_logvar, cfg.logvar_bound)
 
 
 class Decoder(nn.Module):
-    config: Config
+    options: Options
+    likelihood: LikelihoodSection
     data: DatasetSpec
 
     @nn.compact
     def __call__(self, z: jax.Array, onehot: jax.Array, *, train: bool) -> jax.Array:
         """z f32[B, L]; onehot f32[B, C] -> pixel logits f32[B, P]."""
-        cfg = self.config
-        every = cfg.model.options.label_conditioning == "every"
-        widths = tuple(reversed(cfg.model.options.hidden_sizes))
-        act = ACTIVATION_FNS[cfg.model.options.activation]
+        cfg = self.options
+        every = cfg.label_conditioning == "every"
+        widths = tuple(reversed(cfg.hidden_sizes))
+        act = ACTIVATION_FNS[cfg.activation]
         h = act(nn.Dense(widths[0])(z) + nn.Dense(widths[0], use_bias=False)(onehot))
         for width in widths[1:]:
             if every:
@@ -80,7 +81,7 @@ class Decoder(nn.Module):
             h = block(cfg, width)(h, train=train)
         if every:
             h = jnp.concatenate([h, onehot], axis=-1)
-        return pixel_logits(h, cfg, self.data)
+        return pixel_logits(h, cfg, self.likelihood, data=self.data)
 
 
 class OneLatent(Family):
@@ -93,12 +94,12 @@ class OneLatent(Family):
     PARAM_GROUPS = {"encoder": ("encoder",), "decoder": ("decoder",)}
 
     def setup(self):
-        if self.config.model.options.architecture == "conv":
+        if self.options.architecture == "conv":
             check_conv_shape(self.data)
-        self.encoder = Encoder(self.config, self.data)
-        self.decoder = Decoder(self.config, self.data)
-        self.setup_prior(self.config.model.options.latent_dim,
-                         logvar_bound=self.config.model.options.logvar_bound)
+        self.encoder = Encoder(self.options, self.data)
+        self.decoder = Decoder(self.options, self.likelihood, self.data)
+        self.setup_prior(self.options.latent_dim,
+                         logvar_bound=self.options.logvar_bound)
 
     def encode(self, images: jax.Array, labels: jax.Array, *, train: bool = False):
         return self.encoder(images, self.onehot(labels), train=train)
@@ -137,7 +138,7 @@ class OneLatent(Family):
         k, b = z.shape[:2]
         logits = self.decode(z.reshape(k * b, -1), jnp.tile(labels, k), train=train)
         log_px = -densities.reconstruction(logits, jnp.tile(images, (k, 1)),
-                                           self.config.likelihood,
+                                           self.likelihood,
                                            channels=self.data.channels).reshape(k, b)
         log_qz = densities.gaussian_log_density(z, mean, logvar)
         log_pz = self.log_prior(z, labels, sampling=sampling_prior)
@@ -151,7 +152,7 @@ class OneLatent(Family):
         and lowest for the label that explains the image best."""
         mean, logvar = self.encode(images, labels)
         logits = self.decode(mean, labels)
-        neg_elbo = densities.reconstruction(logits, images, self.config.likelihood,
+        neg_elbo = densities.reconstruction(logits, images, self.likelihood,
                                            channels=self.data.channels) + \
             densities.kl_per_dimension(mean, logvar).sum(axis=-1)
         return mean, logvar, neg_elbo

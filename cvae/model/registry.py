@@ -29,8 +29,13 @@ def param_groups(config) -> dict[str, tuple[str, ...]]:
 
 
 def create_model(config, data=None):
-    """The family the config names, shaped for `data` (default: the config's dataset)."""
-    return config.model.component(config, data or spec_of(config.data.dataset))
+    """The family the config names, shaped for `data` (default: the config's dataset): it
+    gets its own options, the data's shape and the parts of the run it is made of (the prior,
+    the likelihood, the truncation, whether it learns q(y|x)), not the whole config."""
+    return config.model.component(
+        options=config.model.options, data=data or spec_of(config.data.dataset),
+        prior_config=config.prior, likelihood=config.likelihood,
+        truncation=config.drawing.truncation, labelled=config.labels.labelled_count)
 
 
 def init_variables(model, key):

@@ -210,9 +210,11 @@ class Checkpointer(Callback):
     reached; process 0 then writes the step's config.toml and run record
     (`cvae.training.record`), whose command line is `command` (default `sys.argv`)."""
 
-    def __init__(self, keep: int = 3, command: list[str] | None = None):
+    def __init__(self, keep: int = 3, command: list[str] | None = None,
+                 choices: tuple[str, ...] = ()):
         self.keep = keep
         self.command = sys.argv if command is None else command  # for the run record
+        self.choices = choices  # what `cvae train` chose from the data, and why
         self.manager = None
         self.record = None
         self.saved_step = -1
@@ -220,6 +222,8 @@ class Checkpointer(Callback):
     def on_fit_start(self, run):
         self.manager = create_manager(run.checkpoint_dir, keep=self.keep)
         self.record = create_record(run.config, self.command, started_at=now())
+        if self.choices:
+            self.record["chosen_from_the_data"] = list(self.choices)
 
     def save(self, run, metrics):
         try:
@@ -317,19 +321,21 @@ class LossCurve(Callback):
 
 
 def default_callbacks(config, *, progress: bool = True, writer: bool = True,
-                      command: list[str] | None = None) -> list[Callback]:
+                      command: list[str] | None = None,
+                      choices: tuple[str, ...] = ()) -> list[Callback]:
     """What `cvae train` uses: guard first, so nothing logs or saves a non-finite step.
 
     With `writer=False` (every process but 0 of a multi-process run) only the callbacks that
     decide or take part in collective work remain: the guard, early stopping and the
     checkpointer, whose Orbax saves need every process. Nothing else writes a file.
-    `command`: the command line the run records (default `sys.argv`).
+    `command`: the command line the run records (default `sys.argv`); `choices`: what
+    `cvae train` chose from the data, which it records too.
     """
     callbacks = [NanGuard()]
     if writer:
         callbacks += [ProgressBar(disable=None if progress else True), MetricsLogger(),
                       TensorBoard()]
-    callbacks.append(Checkpointer(config.run.keep_checkpoints, command))
+    callbacks.append(Checkpointer(config.run.keep_checkpoints, command, choices))
     if writer:
         callbacks += [SampleGrid(), LossCurve()]
     if config.run.early_stopping_patience:

@@ -52,7 +52,7 @@ def shift_images(key: jax.Array, images: jax.Array, max_shift: int, *,
 
 
 def per_label_terms(model, variables: dict, *, x_labelled, y_labelled, x_unlabelled, z_key,
-                    kl_weight, train: bool, rngs: dict, mutable,
+                    kl_weight, train: bool, rngs: dict, mutable, config: Config,
                     shift_key: jax.Array | None = None):
     """One pass of the model over the labelled rows and every unlabelled row with each label,
     under the run's objective (cvae/model/objectives.py), and q(y|x) reading them.
@@ -63,7 +63,7 @@ def per_label_terms(model, variables: dict, *, x_labelled, y_labelled, x_unlabel
     shifted images; with `consistency_weight` it also reads a second shift of each unlabelled
     image (the "second logits").
     """
-    config, classes = model.config, model.num_classes
+    classes = model.num_classes
     n_l, n_u = x_labelled.shape[0], x_unlabelled.shape[0]
     targets = jnp.concatenate([x_labelled, jnp.repeat(x_unlabelled, classes, axis=0)])
     labels = jnp.concatenate([y_labelled, jnp.tile(jnp.arange(classes), n_u)])

@@ -96,7 +96,7 @@ def empty_labelled_set(model) -> dict:
     checkpoint's structure. Empty for a model trained with every label."""
     if not model.has_classifier:
         return {}
-    return {name: jnp.zeros((model.config.labels.labelled_count,), jnp.int32)
+    return {name: jnp.zeros((model.labelled,), jnp.int32)
             for name in ("indices", "labels")}
 
 

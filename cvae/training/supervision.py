@@ -174,7 +174,8 @@ class FewLabels:
         outputs, updates = few_labels.per_label_terms(
             model, variables, x_labelled=images[:n_l], y_labelled=labels,
             x_unlabelled=images[n_l:], z_key=keys.z, kl_weight=kl_weight, train=True,
-            rngs={"dropout": keys.dropout}, mutable=mutable, shift_key=keys.shift)
+            rngs={"dropout": keys.dropout}, mutable=mutable, config=self.config,
+            shift_key=keys.shift)
         loss, terms = few_labels.semi_supervised_loss(
             outputs, config=self.config, kl_weight=kl_weight,
             labelled_share=self.labelled_share, y_labelled=labels)

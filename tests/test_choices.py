@@ -1,0 +1,85 @@
+"""`cvae train --dataset NAME` picks what nobody set from the data (`cvae.training.choices`):
+the likelihood from the pixels, the validation split from the size, the epochs from a stated
+time; a flag or a file wins, and MNIST's default stays as it is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cvae.cli.main import main
+from cvae.config import presets
+from cvae.data.profile import DataProfile, profile
+from cvae.training.choices import NEARLY_BINARY, choose
+
+
+def grey_profile(images: int = 60000, between: float = 0.5, channels: int = 1) -> DataProfile:
+    return DataProfile(28, 28, channels, images, 10, between, False)
+
+
+def test_the_profile_reads_how_binary_and_how_grey_the_pixels_are():
+    rng = np.random.default_rng(0)
+    ink = (rng.random((50, 8, 8)) < 0.2).astype(np.uint8) * 255
+    levels = rng.integers(0, 256, (50, 8, 8), dtype=np.uint8)
+    labels = np.arange(50) % 5
+    assert profile(ink, labels).between_share == 0.0
+    assert profile(levels, labels).between_share == pytest.approx(192 / 256, abs=0.03)
+    grey = np.repeat(levels[..., None], 3, axis=-1)
+    assert profile(grey, labels).grey_colour and profile(grey, labels).channels == 3
+    assert profile(levels, labels).classes == 5
+
+
+def test_grey_levels_get_the_logistic_mixture_and_binary_ink_the_bernoulli():
+    config = presets.default()
+    grey = choose(config, grey_profile(), given=set(), gemm_gflops=400.0)
+    assert grey.changes["likelihood.name"] == "logistic_mixture"
+    assert grey.reasons[0].startswith("likelihood  logistic_mixture")
+    ink = choose(config, grey_profile(between=NEARLY_BINARY / 2), given=set(),
+                 gemm_gflops=400.0)
+    assert "likelihood.name" not in ink.changes
+    assert ink.changes == {}  # MNIST-like data at this rate: the default as it is
+
+
+def test_what_a_flag_or_a_file_set_is_never_chosen():
+    chosen = choose(presets.default(), grey_profile(images=120), given={
+        "likelihood.name", "data.validation_size", "run.epochs"}, gemm_gflops=400.0)
+    assert chosen.changes == {}
+
+
+def test_the_split_fits_the_data_and_the_epochs_the_time():
+    small = choose(presets.default(), grey_profile(images=120), given=set(), gemm_gflops=400.0)
+    assert small.changes["data.validation_size"] == 12
+    slow = choose(presets.default(), grey_profile(), given=set(), gemm_gflops=1.0)
+    assert slow.changes["run.epochs"] == 1 and "at most 30 minutes" in slow.reasons[-1]
+
+
+@pytest.fixture
+def grey_data(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = np.arange(300) % 3
+    images = rng.integers(0, 256, (300, 12, 12), dtype=np.uint8)
+    np.savez(tmp_path / "grey.npz", images=images, labels=labels,
+             class_names=np.array(["a", "b", "c"]))
+    assert main(["data", "--from", str(tmp_path / "grey.npz"), "--name", "grey",
+                 "--data-dir", str(tmp_path / "data")]) == 0
+    return tmp_path / "data"
+
+
+def test_train_prints_its_choices_and_print_config_shows_them(grey_data, capsys):
+    assert main(["train", "--dataset", "grey", "--data-dir", str(grey_data),
+                 "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "# cvae train chose from the data (grey):" in printed
+    assert '[likelihood]\nname = "logistic_mixture"' in printed
+    assert "validation_size = 24" in printed  # a tenth of the 240 training images
+    assert main(["train", "--dataset", "grey", "--data-dir", str(grey_data), "--likelihood",
+                 "bernoulli", "--validation-size", "30", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert '[likelihood]\nname = "bernoulli"' in printed and "validation_size = 30" in printed
+
+
+def test_a_files_dataset_gives_way_to_the_flag(grey_data, tmp_path, capsys):
+    (tmp_path / "run.toml").write_text('[data]\ndataset = "not-prepared"\n')
+    assert main(["train", "--config", str(tmp_path / "run.toml"), "--dataset", "grey",
+                 "--data-dir", str(grey_data), "--print-config"]) == 0
+    assert 'dataset = "grey"' in capsys.readouterr().out
