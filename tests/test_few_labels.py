@@ -98,15 +98,15 @@ def test_every_label_model_has_no_classifier_and_few_label_model_has_one():
     assert tree_equal({k: few[k] for k in plain}, plain)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "kl_weight"))
+@functools.partial(jax.jit, static_argnames=("model", "kl_weight", "config"))
 def label_terms(model, variables, x_labelled, y_labelled, x_unlabelled, z_key, kl_weight,
-                shift_key=None):
+                shift_key=None, config=SEMI):
     """`few_labels.per_label_terms`' outputs in evaluation mode, jitted (eager, each op compiled
     on its own); their n_l and rows' rest_dims come back as arrays."""
     outputs, _ = few_labels.per_label_terms(
         model, variables, x_labelled=x_labelled, y_labelled=y_labelled,
         x_unlabelled=x_unlabelled, z_key=z_key, kl_weight=kl_weight, train=False, rngs={},
-        mutable=[], config=SEMI, shift_key=shift_key)
+        mutable=[], config=config, shift_key=shift_key)
     return outputs
 
 
@@ -311,7 +311,7 @@ def test_consistency_term_is_zero_without_shifts_and_counts_with_them():
     plain = label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1), 1.0)
     assert plain[3] is None
     shifted = label_terms(model, variables, x[:3], y, x[3:], jax.random.key(1), 1.0,
-                          shift_key=jax.random.key(2))
+                          shift_key=jax.random.key(2), config=config)
     assert shifted[0].shape == (8, CLASSES) and shifted[3].shape == (5, CLASSES)
     base, terms = semi_loss(shifted, config=config.replace(consistency_weight=0.0),
                             kl_weight=1.0, labelled_share=0.1, y_labelled=y)
