@@ -46,13 +46,13 @@ def measure(checkpoint_dir: str, batches=BATCHES, rounds: int = 7, repeats: int 
 
     sampler = open_sampler(checkpoint_dir)
     onnx = session(onnx_model(checkpoint_dir, sampler))
-    results = {"step": sampler.step, "latent_dim": sampler.latent_dim,
+    results = {"step": sampler.step, "latent_dim": sampler.code_dim,
                "hidden_sizes": list(sampler.config.model.options.hidden_sizes),
                "prior": sampler.config.prior.name,
                "rounds": rounds, "batches": {}}
     for batch in batches:
         noise, labels = request_latents(0, sampler.classes, -(-batch // len(sampler.classes)),
-                                        latent_dim=sampler.noise_dim, temperature=1.0)
+                                        noise_width=sampler.noise_dim, temperature=1.0)
         noise, labels = noise[:batch], labels[:batch]
         feeds = {"noise": noise, "label": labels}
         sampler.decode(noise, labels), onnx.run(None, feeds)  # warm up

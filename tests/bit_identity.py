@@ -68,7 +68,7 @@ def check_latents() -> None:
         together = batch_latents(SAMPLE_REQUESTS, latent_dim)
         for request, batched in zip(SAMPLE_REQUESTS, together):
             assert_same_bits(batched, request_latents(*request[:2], request.n,
-                                                      latent_dim=latent_dim,
+                                                      noise_width=latent_dim,
                                                       temperature=request.temperature),
                              f"latents {request}")
 

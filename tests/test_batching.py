@@ -137,7 +137,7 @@ def test_batch_latents_equal_request_latents_bit_for_bit():
                 for digits in ((7,), tuple(range(10)))
                 for n in (1, 17)]
     for latent_request, (z, labels) in zip(requests, batch_latents(requests, 4)):
-        expected_z, expected_labels = request_latents(*latent_request[:3], latent_dim=4,
+        expected_z, expected_labels = request_latents(*latent_request[:3], noise_width=4,
                                                       temperature=latent_request.temperature)
         assert z.dtype == expected_z.dtype and np.array_equal(z, expected_z), latent_request
         assert np.array_equal(labels, expected_labels)

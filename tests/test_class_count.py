@@ -146,7 +146,7 @@ def test_a_two_class_models_block_check_decodes_only_its_two_labels(two_run):
     assert (watched.block_sizes, watched.kernel_signature) == (sampler.block_sizes,
                                                                 sampler.kernel_signature)
     # What it keeps holds: a row's bits alone are its bits among others, for both labels.
-    noise, labels = request_latents(5, sampler.classes, 40, latent_dim=sampler.noise_dim,
+    noise, labels = request_latents(5, sampler.classes, 40, noise_width=sampler.noise_dim,
                                     temperature=1.0)
     together = sampler.decode(noise, labels)
     for row in (0, 39, 40, 79):

@@ -72,7 +72,7 @@ def test_stablehlo_gives_the_samplers_bits_on_its_block_shapes(kind, exported):
     sampler = open_sampler(folder)
     rows = min(sampler.block_sizes)  # 64 here; other CPU kernels may drop to 128 or 256
     per_digit = -(-rows // len(sampler.classes))
-    noise, labels = request_latents(3, sampler.classes, per_digit, latent_dim=sampler.noise_dim,
+    noise, labels = request_latents(3, sampler.classes, per_digit, noise_width=sampler.noise_dim,
                                     temperature=0.8)
     noise, labels = noise[:rows], labels[:rows]
     images = np.asarray(load_stablehlo(folder / "sample.stablehlo").call(noise, labels))
@@ -86,7 +86,7 @@ def test_stablehlo_gives_the_samplers_bits_on_its_block_shapes(kind, exported):
     if kind == "few-labels":  # at classify's own smallest block, checked apart from drawing's
         reading = min(sampler.classify_block_sizes)
         digits = _to_uint8(sampler.decode(*request_latents(
-            4, sampler.classes, -(-reading // len(sampler.classes)), latent_dim=sampler.noise_dim,
+            4, sampler.classes, -(-reading // len(sampler.classes)), noise_width=sampler.noise_dim,
             temperature=0.8)))[:reading]
         x = digits.reshape(reading, -1).astype(np.float32) / np.float32(255)
         probabilities = load_stablehlo(folder / "classify.stablehlo").call(x)
@@ -102,7 +102,7 @@ def test_stablehlo_takes_any_batch_size_within_float_rounding(exported):
     sample = load_stablehlo(folder / "sample.stablehlo")
     for rows in (1, 3, 100):
         noise, labels = request_latents(0, sampler.classes, rows,
-                                        latent_dim=sampler.noise_dim, temperature=1.0)
+                                        noise_width=sampler.noise_dim, temperature=1.0)
         noise, labels = noise[:rows], labels[:rows]
         images = np.asarray(sample.call(noise, labels))
         assert images.shape == (rows, 28, 28)
@@ -113,7 +113,7 @@ def test_stablehlo_takes_any_batch_size_within_float_rounding(exported):
 def test_onnx_runtime_agrees_within_1e5_on_1000_noise_vectors_per_digit(kind, exported):
     folder = exported(kind)
     sampler = open_sampler(folder)
-    noise, labels = request_latents(7, sampler.classes, 1000, latent_dim=sampler.noise_dim,
+    noise, labels = request_latents(7, sampler.classes, 1000, noise_width=sampler.noise_dim,
                                     temperature=1.0)
     ours = run_onnx(folder / "sample.onnx", {"noise": noise, "label": labels})[0]
     theirs = sampler.decode(noise, labels)

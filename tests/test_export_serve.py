@@ -117,7 +117,7 @@ def test_the_page_gets_the_served_models_sample_onnx(exported, export_runs):
         assert reply.status_code == 200
         assert reply.headers["x-checkpoint-step"] == str(max(run.steps))
     sampler = load_sampler(run.directory)
-    noise, labels = request_latents(0, sampler.classes, 7, latent_dim=sampler.noise_dim,
+    noise, labels = request_latents(0, sampler.classes, 7, noise_width=sampler.noise_dim,
                                     temperature=1.0)
     images = run_onnx(reply.content, {"noise": noise, "label": labels})[0]
     assert np.max(np.abs(images - sampler.decode(noise, labels))) <= 1e-5

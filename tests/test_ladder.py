@@ -75,7 +75,7 @@ def test_the_fitted_mixture_is_fitted_to_the_top_layers_codes(ladder):
     run, sampler = ladder
     trained = load_trained_model(run.directory)
     assert trained.variables["prior"]["mixture"]["means"].shape == (10, 2, 3)
-    assert (sampler.noise_dim, sampler.latent_dim) == (7, 3)
+    assert (sampler.noise_dim, sampler.code_dim) == (7, 3)
 
 
 @pytest.mark.determinism
@@ -92,7 +92,7 @@ def test_samples_draw_every_layer_and_keep_their_bits_alone_and_batched(ladder):
     # The layers below the top are drawn too: their share of the noise changes the pictures.
     z, labels = batch_latents(requests[:1], sampler.noise_dim)[0]
     lower = z.copy()
-    lower[:, sampler.latent_dim:] += 1.0
+    lower[:, sampler.code_dim:] += 1.0
     assert not np.allclose(sampler.decode(lower, labels), alone[0], atol=1e-3)
 
 

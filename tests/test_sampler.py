@@ -25,24 +25,24 @@ def sampler():
 
 
 def test_latents_depend_only_on_seed_digit_and_temperature():
-    a = draw_latents(1, 7, 5, latent_dim=4, temperature=1.0)
-    np.testing.assert_array_equal(a, draw_latents(1, 7, 5, latent_dim=4, temperature=1.0))
-    assert not np.array_equal(a, draw_latents(2, 7, 5, latent_dim=4, temperature=1.0))
-    assert not np.array_equal(a, draw_latents(1, 6, 5, latent_dim=4, temperature=1.0))
-    np.testing.assert_allclose(draw_latents(1, 7, 5, latent_dim=4, temperature=0.5), 0.5 * a,
+    a = draw_latents(1, 7, 5, noise_width=4, temperature=1.0)
+    np.testing.assert_array_equal(a, draw_latents(1, 7, 5, noise_width=4, temperature=1.0))
+    assert not np.array_equal(a, draw_latents(2, 7, 5, noise_width=4, temperature=1.0))
+    assert not np.array_equal(a, draw_latents(1, 6, 5, noise_width=4, temperature=1.0))
+    np.testing.assert_allclose(draw_latents(1, 7, 5, noise_width=4, temperature=0.5), 0.5 * a,
                                rtol=1e-6)
 
 
 def test_all_digits_request_is_digit_major():
-    z, labels = request_latents(0, tuple(range(10)), 3, latent_dim=4, temperature=1.0)
+    z, labels = request_latents(0, tuple(range(10)), 3, noise_width=4, temperature=1.0)
     assert z.shape == (30, 4)
     assert labels.tolist() == [d for d in range(10) for _ in range(3)]
 
 
 def test_decode_in_blocks_equals_decode_alone(sampler):
-    z, labels = request_latents(5, (3,), 3, latent_dim=4, temperature=1.0)
+    z, labels = request_latents(5, (3,), 3, noise_width=4, temperature=1.0)
     alone = sampler.decode(z, labels)
-    other_z, other_labels = request_latents(9, (1,), 13, latent_dim=4, temperature=1.0)
+    other_z, other_labels = request_latents(9, (1,), 13, noise_width=4, temperature=1.0)
     together = sampler.decode(np.concatenate([other_z, z]), np.concatenate([other_labels, labels]))
     np.testing.assert_array_equal(alone, together[13:])
     assert alone.shape == (3, 28, 28) and alone.min() >= 0 and alone.max() <= 1
@@ -53,7 +53,7 @@ def test_images_render_the_logits_at_the_configs_sharpness():
     sharper: fewer grey pixels, the same bright and dark ones."""
     model = create_model(presets.test())
     variables = init_variables(model, jax.random.key(0))
-    z, labels = request_latents(2, tuple(range(10)), 4, latent_dim=4, temperature=1.0)
+    z, labels = request_latents(2, tuple(range(10)), 4, noise_width=4, temperature=1.0)
     logits = model.apply(variables, z, labels, method="generate")
     images = {s: create_sampler(model, presets.test().replace(pixel_sharpness=s), variables,
                                 block_rows=8).decode(z, labels) for s in (1.0, 2.0)}

@@ -65,11 +65,11 @@ def test_posterior_draws_are_seeded_row_major_by_draw(sampler, trained_run):
     [(z, labels, _)] = transfer_latents([request], sampler)
     [(again, _, _)] = transfer_latents([request], sampler)
     [(other, _, _)] = transfer_latents([request._replace(seed=12)], sampler)
-    assert z.shape == (6, sampler.latent_dim) and labels.tolist() == [1, 7, 1, 7, 1, 7]
+    assert z.shape == (6, sampler.code_dim) and labels.tolist() == [1, 7, 1, 7, 1, 7]
     assert np.array_equal(z, again) and not np.array_equal(z, other)
     assert np.array_equal(z[0], z[1]) and not np.array_equal(z[0], z[2])  # one z per row
     mean, logvar, _ = sampler.encode(image[None], np.array([2]))
-    eps, _ = request_latents(11, (2,), 3, latent_dim=sampler.latent_dim, temperature=1.0)
+    eps, _ = request_latents(11, (2,), 3, noise_width=sampler.code_dim, temperature=1.0)
     assert np.array_equal(z[::2], mean + np.exp(np.float32(0.5) * logvar) * eps)
 
 

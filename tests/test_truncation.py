@@ -72,8 +72,8 @@ def test_the_sampler_draws_short_noise_as_before_and_pulls_in_the_rest(changes):
                          config.replace(truncation=0.5), variables, block_rows=64)
     noise = np.asarray(jax.random.normal(jax.random.key(1), (64, plain.noise_dim)))
     labels = np.arange(64, dtype=np.int32) % 10
-    top = noise[:, :plain.latent_dim]  # the share the prior maps (the ladder's top layer)
-    inside = np.linalg.norm(top, axis=1) <= prior.truncation_radius(0.5, plain.latent_dim)
+    top = noise[:, :plain.code_dim]  # the share the prior maps (the ladder's top layer)
+    inside = np.linalg.norm(top, axis=1) <= prior.truncation_radius(0.5, plain.code_dim)
     assert 10 < inside.sum() < 54
     same = np.array_equal  # bit for bit, row by row
     plain_images, cut_images = plain.decode(noise, labels), cut.decode(noise, labels)

@@ -64,14 +64,14 @@ def test_latent_walk_rows_run_from_the_seed_sample_to_the_to_seed_sample():
     [(z, labels, _)] = walk_latents([LatentWalk(5, 9, (7, 2), 4, 0.8)], StandardPrior())
     assert z.shape == (8, LATENT) and labels.tolist() == [7] * 4 + [2] * 4
     for row, digit in enumerate((7, 2)):
-        start, _ = request_latents(5, (digit,), 1, latent_dim=LATENT, temperature=0.8)
-        end, _ = request_latents(9, (digit,), 1, latent_dim=LATENT, temperature=0.8)
+        start, _ = request_latents(5, (digit,), 1, noise_width=LATENT, temperature=0.8)
+        end, _ = request_latents(9, (digit,), 1, noise_width=LATENT, temperature=0.8)
         assert np.array_equal(z[4 * row], start[0]) and np.array_equal(z[4 * row + 3], end[0])
 
 
 def test_digit_walk_keeps_each_sample_and_decodes_it_as_every_digit():
     [(z, labels, _)] = walk_latents([DigitWalk(3, 4, 2, 1.0, DIGITS)], StandardPrior())
-    kept, _ = request_latents(3, (4,), 2, latent_dim=LATENT, temperature=1.0)
+    kept, _ = request_latents(3, (4,), 2, noise_width=LATENT, temperature=1.0)
     assert labels.tolist() == list(DIGITS) * 2
     assert np.array_equal(z, np.repeat(kept, 10, axis=0))
 
@@ -87,21 +87,21 @@ def test_walks_computed_together_equal_walks_computed_alone():
 
 
 def test_under_a_mixture_prior_walks_are_made_of_the_codes_sample_decodes(mixture_sampler):
-    noise, labels = request_latents(5, (7, 2), 1, latent_dim=LATENT, temperature=1.0)
+    noise, labels = request_latents(5, (7, 2), 1, noise_width=LATENT, temperature=1.0)
     codes = mixture_sampler.to_codes(noise, labels)
     assert not np.allclose(codes, noise)  # the prior moved them
     # Decoded as codes, they are the pictures /sample decodes from the noise.
     np.testing.assert_allclose(mixture_sampler.decode_codes(codes, labels),
                                mixture_sampler.decode(noise, labels), atol=1e-5)
     [walk] = walk_latents([LatentWalk(5, 9, (7, 2), 4, 1.0)], mixture_sampler)
-    ends, _ = request_latents(9, (7, 2), 1, latent_dim=LATENT, temperature=1.0)
+    ends, _ = request_latents(9, (7, 2), 1, noise_width=LATENT, temperature=1.0)
     far = mixture_sampler.to_codes(ends, labels)
     for row in range(2):
         assert np.array_equal(walk.z[4 * row], codes[row])
         assert np.array_equal(walk.z[4 * row + 3], far[row])
     [kept] = walk_latents([DigitWalk(3, 4, 2, 1.0, mixture_sampler.classes)],
                           mixture_sampler)
-    draws, draw_labels = request_latents(3, (4,), 2, latent_dim=LATENT, temperature=1.0)
+    draws, draw_labels = request_latents(3, (4,), 2, noise_width=LATENT, temperature=1.0)
     codes = mixture_sampler.to_codes(draws, draw_labels)
     assert np.array_equal(kept.z[4::10], codes)  # the digit's own column: its code as it is
     # The other columns: carried to each digit's region (cvae/model/transport.py).

@@ -129,7 +129,7 @@ def write_folder(folder: Path, sampler, checkpoint_dir: Path, *, name: str, log,
     return write_manifest(folder, {"step": step, "checkpoint_dir": str(checkpoint_dir),
                                    "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                    "jax_version": jax.__version__, "onnx_opset": onnx_files.OPSET,
-                                   "noise_dim": sampler.noise_dim, "code_dim": sampler.latent_dim,
+                                   "noise_dim": sampler.noise_dim, "code_dim": sampler.code_dim,
                                    **spec_facts(config), "verification": report,
                                    "record": record})
 
@@ -142,7 +142,7 @@ def verify(folder: Path, sampler) -> dict:
             np.array_equal(stored[k], np.asarray(expected[k])) for k in expected):
         raise AssertionError(f"{WEIGHTS} does not read back into the exported variables")
     noise, labels = request_latents(0, sampler.classes, ONNX_ROWS_PER_DIGIT,
-                                    latent_dim=sampler.noise_dim, temperature=1.0)
+                                    noise_width=sampler.noise_dim, temperature=1.0)
     sizes = sorted({min(sampler.block_sizes), max(sampler.block_sizes)})
     reading = (sorted({min(sampler.classify_block_sizes), max(sampler.classify_block_sizes)})
                if sampler.has_classifier else [])  # classify's blocks are checked on their own

@@ -95,7 +95,7 @@ def sampler_probes(sampler) -> list[Probe]:
     """The functions a `cvae.sampling.sampler.Sampler` draws and encodes through blocks, with
     their row widths."""
     widths = ((sampler.decode_fn, sampler.noise_dim), (sampler.prior_fn, sampler.noise_dim),
-              (sampler.code_decode_fn, sampler.latent_dim))  # draws: noise; codes: a code
+              (sampler.code_decode_fn, sampler.code_dim))  # draws: noise; codes: a code
     classes = len(sampler.classes)
     probes = [Probe(fn, width, classes) for fn, width in widths if fn is not None]
     if sampler.encode_fn is not None:

@@ -6,7 +6,7 @@ padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), 
 pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
 whether it was decoded alone or batched with others. It also encodes (q(z|x,y) of given images,
 for style transfer) through the same blocks, with the same guarantee. Noise is
-`Sampler.noise_dim` wide, codes `latent_dim`: the ladder's every layer and top layer.
+`Sampler.noise_dim` wide, codes `Sampler.code_dim`: the ladder's every layer and top layer.
 """
 
 from __future__ import annotations
@@ -33,25 +33,25 @@ from cvae.model.transport import ClassTransport, class_transport
 from cvae.data.specs import spec_of
 
 
-def draw_latents(seed: int, digit: int, n: int, *, latent_dim: int,
+def draw_latents(seed: int, digit: int, n: int, *, noise_width: int,
                  temperature: float) -> np.ndarray:
-    """z ~ N(0, temperature^2 I): float32[n, latent_dim], a function of its arguments only."""
+    """z ~ N(0, temperature^2 I): float32[n, noise_width], a function of its arguments only."""
     key = jax.random.fold_in(jax.random.key(seed), digit)
-    z = jax.random.normal(key, (n, latent_dim), jnp.float32) * jnp.float32(temperature)
+    z = jax.random.normal(key, (n, noise_width), jnp.float32) * jnp.float32(temperature)
     return np.asarray(z)
 
 
-def request_latents(seed: int, digits: tuple[int, ...], n: int, *, latent_dim: int,
+def request_latents(seed: int, digits: tuple[int, ...], n: int, *, noise_width: int,
                     temperature: float) -> tuple[np.ndarray, np.ndarray]:
     """Latents and labels for n samples of each digit, digit-major: (f32[D*n, L], i32[D*n])."""
-    z = np.concatenate([draw_latents(seed, d, n, latent_dim=latent_dim,
+    z = np.concatenate([draw_latents(seed, d, n, noise_width=noise_width,
                                      temperature=temperature) for d in digits])
     labels = np.repeat(np.asarray(digits, np.int32), n)
     return z, labels
 
 
 class LatentRequest(NamedTuple):
-    """The arguments of `request_latents` for one request (latent_dim comes from the model)."""
+    """The arguments of `request_latents` for one request (noise_width comes from the model)."""
 
     seed: int
     digits: tuple[int, ...]
@@ -77,16 +77,16 @@ def _bucket(size: int, minimum: int) -> int:
     return max(minimum, 1 << (size - 1).bit_length())
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "latent_dim"))
-def _unit_normals(seeds, digits, rows: int, latent_dim: int):
+@functools.partial(jax.jit, static_argnames=("rows", "noise_width"))
+def _unit_normals(seeds, digits, rows: int, noise_width: int):
     """u32[K], i32[K] -> f32[K, rows, L]: N(0, I) drawn from key(seed) folded with the digit."""
     def one(seed, digit):
         key = jax.random.fold_in(jax.random.key(seed), digit)
-        return jax.random.normal(key, (rows, latent_dim), jnp.float32)
+        return jax.random.normal(key, (rows, noise_width), jnp.float32)
     return jax.vmap(one)(seeds, digits)
 
 
-def batch_latents(requests: list[LatentRequest], latent_dim: int
+def batch_latents(requests: list[LatentRequest], noise_width: int
                   ) -> list[tuple[np.ndarray, np.ndarray]]:
     """`request_latents` for many requests in one device call per size class; same values.
 
@@ -106,13 +106,13 @@ def batch_latents(requests: list[LatentRequest], latent_dim: int
         seeds = np.zeros(size, np.uint32)
         digits = np.zeros(size, np.int32)
         seeds[:len(pairs)], digits[:len(pairs)] = zip(*pairs)
-        normals = np.asarray(_unit_normals(seeds, digits, rows=rows, latent_dim=latent_dim))
+        normals = np.asarray(_unit_normals(seeds, digits, rows=rows, noise_width=noise_width))
         start = 0
         for i in members:
             seed, request_digits, n, temperature = requests[i]
             block = normals[start:start + len(request_digits), :n]
             start += len(request_digits)
-            z = block.reshape(-1, latent_dim) * np.float32(temperature)
+            z = block.reshape(-1, noise_width) * np.float32(temperature)
             results[i] = (z, np.repeat(np.asarray(request_digits, np.int32), n))
     return results
 
@@ -158,7 +158,7 @@ class Sampler:
         return transport.apply(z, np.broadcast_to(source, np.shape(target)), target)
 
     @property
-    def latent_dim(self) -> int:
+    def code_dim(self) -> int:
         """The width of a code (`encode`'s, `decode_codes`'): the ladder's top layer."""
         return code_dim(self.config)
 
@@ -205,7 +205,7 @@ class Sampler:
         if self.prior_fn is None:
             return noise
         codes = self._decode_blocks(self.prior_fn, noise, labels)
-        return codes.reshape(len(noise), self.latent_dim)
+        return codes.reshape(len(noise), self.code_dim)
 
     def _in_blocks(self, fn: Callable, *inputs: np.ndarray,
                    sizes: tuple[int, ...] | None = None) -> list[np.ndarray] | None:
@@ -236,7 +236,7 @@ class Sampler:
         x = to_unit(np.asarray(images).reshape(len(images), self.image_pixels))
         out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
         if out is None:
-            latent = np.zeros((0, self.latent_dim), np.float32)
+            latent = np.zeros((0, self.code_dim), np.float32)
             return latent, latent, np.zeros(0, np.float32)
         return tuple(out)
 
@@ -284,7 +284,7 @@ class Sampler:
         if digit not in (None, *self.classes):  # `cvae sample --digit` bounds it by all datasets
             raise ConfigError(f"digit {digit}: this model's classes are 0..{self.classes[-1]}")
         digits = self.classes if digit is None else (digit,)
-        z, labels = request_latents(seed, digits, n, latent_dim=self.noise_dim,
+        z, labels = request_latents(seed, digits, n, noise_width=self.noise_dim,
                                     temperature=temperature)
         return self.decode(z, labels)
 

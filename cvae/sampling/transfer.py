@@ -77,7 +77,7 @@ def transfer_latents(requests: list[TransferRequest], sampler: Sampler) -> list[
     sampled = [i for i, r in enumerate(requests) if r.samples > 0]
     noise = dict(zip(sampled, batch_latents(
         [LatentRequest(requests[i].seed, (chosen[i],), requests[i].samples, 1.0)
-         for i in sampled], sampler.latent_dim)))
+         for i in sampled], sampler.code_dim)))
     results = []
     for i, request in enumerate(requests):
         z = mean[picks[i]][None]

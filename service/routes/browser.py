@@ -58,7 +58,7 @@ async def sample_onnx(request: Request, loaded: ServedModel):
     and X-Latent-Dim (of a code) say what it is."""
     headers = {"X-Checkpoint-Step": str(loaded.step), "Cache-Control": "no-cache",
                "X-Noise-Dim": str(loaded.sampler.noise_dim),
-               "X-Latent-Dim": str(loaded.sampler.latent_dim)}
+               "X-Latent-Dim": str(loaded.sampler.code_dim)}
     directory = request.app.state.watcher.directory
     if is_export(directory):  # its files were checked against the manifest at start-up
         return FileResponse(directory / "sample.onnx", media_type=ONNX_MEDIA_TYPE,
