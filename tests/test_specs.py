@@ -132,7 +132,7 @@ def test_the_service_bounds_labels_by_the_served_class_count():
     message = describe_errors(excinfo.value.errors())
     assert message == ("digit: must be an integer in 0..1 (this model's classes), or omitted "
                        "for one row per class (got '2'); digits: must be integers in 0..1 (this "
-                       "model's classes), given 1 to 1000 times (digits=3&digits=5), or omitted "
+                       "model's classes), given 1 to 2 times (digits=3&digits=5), or omitted "
                        "for every class (got ['1', '5'])")
 
 
