@@ -61,7 +61,7 @@ train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
 # Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
-test: setup ## ruff, then the whole test suite (9 to 18 minutes on 2 cores: docs/development.md)
+test: setup ## ruff, then the whole test suite (9 to 25 minutes on 2 cores: docs/development.md)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
 
