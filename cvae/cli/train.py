@@ -56,9 +56,11 @@ def add_config_flags(parser: argparse.ArgumentParser, shown: Config) -> dict:
     `shown`'s value (the --preset given). Returns the groups by title."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     current = shown.leaves()
+    leaves = flat.all_leaves(Config)  # once: each call builds a config and walks the registry
+    order = list(leaves)
     for name, path in sorted(flat.flat_names(Config).items(),
-                             key=lambda item: list(flat.all_leaves(Config)).index(item[1])):
-        leaf = flat.all_leaves(Config)[path]
+                             key=lambda item: order.index(item[1])):
+        leaf = leaves[path]
         title = _group_title(leaf)
         if title not in groups:
             groups[title] = parser.add_argument_group(title, _group_description(leaf))
