@@ -25,19 +25,25 @@ import asyncio
 import contextlib
 import functools
 import gc
+import logging
 import signal
 import threading
+import time
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 
+from cvae.export.compiled import use_cache
+from cvae.sampling.compilation_cache import counted
 from service.batching import Batcher
 from service.checkpoints import CheckpointWatcher
 from service.logs import RequestIdMiddleware
 from service.metrics import Metrics, MetricsMiddleware
 from service.params import validation_error_handler
 from service.routes import api_docs, browser, classify, operations, sampling, transfer
+
+log = logging.getLogger(__name__)
 
 ROUTERS = (sampling.router, transfer.router, classify.router, operations.router,
            api_docs.router, browser.router)
@@ -47,7 +53,7 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                max_batch_rows: int = 4096, max_pending_rows: int = 40960,
                request_timeout: float = 30.0, cache_max_age: int = 600,
                request_ids: bool = False, truncation: float | None = None,
-               step: int | str = "latest") -> FastAPI:
+               step: int | str = "latest", compilation_cache: str | None = None) -> FastAPI:
     """The service for `checkpoint_dir` (see the module docstring).
 
     max_batch_rows: latent rows per decode call; max_pending_rows: rows waiting or decoding
@@ -56,14 +62,15 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
     request an id, returned as X-Request-ID and logged with its lines (service/logs.py);
     truncation: draw every step's samples at this quantile instead of its own (`cvae serve
     --truncation`); step: which step to serve, a number, "best" or "latest" (`cvae serve
-    --step`, service/checkpoints.py).
+    --step`, service/checkpoints.py); compilation_cache: where compiled programs are kept between
+    starts, or "off" (None: the default, `cvae.sampling.compilation_cache.cache_directory`).
     """
     metrics = Metrics()
     lifespan = functools.partial(serve_checkpoints, checkpoint_dir=checkpoint_dir,
                                  poll_interval=poll_interval, max_batch_rows=max_batch_rows,
                                  max_pending_rows=max_pending_rows,
                                  request_timeout=request_timeout, truncation=truncation,
-                                 step=step)
+                                 step=step, compilation_cache=compilation_cache)
     app = FastAPI(title="cvae sampling service", lifespan=lifespan,
                   description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
                   # /docs and /redoc from local files (service/routes/api_docs.py), not a CDN
@@ -86,13 +93,14 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
 @contextlib.asynccontextmanager
 async def serve_checkpoints(app: FastAPI, *, checkpoint_dir: str | Path, poll_interval: float,
                             max_batch_rows: int, max_pending_rows: int, request_timeout: float,
-                            truncation: float | None, step: int | str):
+                            truncation: float | None, step: int | str,
+                            compilation_cache: str | None):
     """The lifespan: load and compile the chosen checkpoint, then serve it (and the ones that
     replace it)."""
     metrics: Metrics = app.state.metrics
     watcher = CheckpointWatcher(checkpoint_dir, poll_interval, on_load=metrics.observe_load,
                                 truncation=truncation, step=step)
-    await asyncio.to_thread(watcher.refresh)  # load + compile before accepting requests
+    await asyncio.to_thread(start_up, watcher, checkpoint_dir, compilation_cache)
     # Everything allocated so far (JAX, the frameworks, the model) is moved out of the garbage
     # collector's reach while serving: a full collection walks every tracked object and held
     # the event loop ~100 ms, which every request in flight waited for (the p99 at concurrency
@@ -112,6 +120,21 @@ async def serve_checkpoints(app: FastAPI, *, checkpoint_dir: str | Path, poll_in
         await asyncio.to_thread(watcher.stop)
         await batcher.stop()
         gc.unfreeze()
+
+
+def start_up(watcher: CheckpointWatcher, checkpoint_dir: str | Path,
+             compilation_cache: str | None) -> None:
+    """Load the model and compile one block size (the watcher's thread checks the other sizes
+    next, `finish_checks`, while requests are answered), reading compiled programs from the
+    cache where an earlier start, or the export, left them; logs what it took."""
+    started = time.perf_counter()
+    cache = use_cache(checkpoint_dir, compilation_cache)
+    with counted() as programs:
+        watcher.refresh(first_only=True)
+    if watcher.current is not None:
+        log.info("loaded step %d in %.1f s: %d compiled programs read from %s, %d compiled",
+                 watcher.current.step, time.perf_counter() - started, programs.hits,
+                 cache or "no cache (--compilation-cache off)", programs.misses)
 
 
 def _install_sighup(watcher: CheckpointWatcher) -> bool:

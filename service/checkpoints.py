@@ -35,9 +35,7 @@ from cvae.export.manifest import step_folders
 from cvae.export.load import exported_step, open_sampler
 from cvae.export.manifest import is_export
 from cvae.sampling.blocks import ROW_BY_ROW
-from cvae.sampling.grid import make_grid, png_bytes
-from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents
-from cvae.data.specs import spec_of
+from cvae.sampling.sampler import Sampler
 
 if TYPE_CHECKING:
     from cvae.model.store import StepChoice  # Orbax: imported at run time only when ranking
@@ -105,29 +103,30 @@ def _mtime_ns(path: Path) -> int | None:
         return None
 
 
-# Latent draws are compiled per (rows, pairs) size class: warm the ones a burst of common
-# requests (n <= 16, one class or all of them) hits, up to a full decode batch of them.
-WARM_PAIR_COUNTS = (1, 8, 16, 32, 64, 128, 256)
-
-
-def warm_up(sampler: Sampler) -> None:
-    """Compile the common latent draws and the grid path, so requests do not pay for
-    compilation (`load_sampler` has compiled and verified every decode block)."""
-    for pairs in WARM_PAIR_COUNTS:
-        batch_latents([LatentRequest(0, (0,), 16, 1.0)] * pairs, sampler.noise_dim)
-    png_bytes(make_grid(sampler.decode(*batch_latents(
-        [LatentRequest(0, sampler.classes, 16, 1.0)], sampler.noise_dim)[0]), 16,
-        image_shape=spec_of(sampler.config.data.dataset).stored_shape))
-
-
-def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:
+def load(directory: Path, step: int, truncation: float | None = None, *,
+         first_only: bool = False) -> Loaded:
     """Read, compile and fingerprint one step (slow: seconds), drawing at `truncation` (None:
-    the run's own)."""
+    the run's own). `first_only`: compile and check one block size, leaving the others to
+    `finish_checks` (the fingerprint is the same either way: every size kept later gives the
+    first one's bits)."""
     version = step_version(directory, step)
     if version is None:
         raise FileNotFoundError(f"step {step} vanished")
-    sampler = open_sampler(directory, step, truncation=truncation)
-    warm_up(sampler)
+    sampler = open_sampler(directory, step, truncation=truncation, first_only=first_only)
+    sampler.warm_up()
+    if not sampler.blocks_unchecked:
+        log_blocks(sampler)
+    return Loaded(sampler, step, version, time.time(), fingerprint(sampler))
+
+
+def finish_checks(sampler: Sampler) -> None:
+    """Check the block sizes `load(first_only=True)` left, and say which were dropped."""
+    if sampler.blocks_unchecked:
+        sampler.check_remaining_blocks()
+        log_blocks(sampler)
+
+
+def log_blocks(sampler: Sampler) -> None:
     if sampler.block_sizes == ROW_BY_ROW:
         log.warning("no decode block size keeps a row's bits at every position with this "
                     "machine's kernels: decoding one row per call (slower, still bit-identical)")
@@ -137,7 +136,6 @@ def load(directory: Path, step: int, truncation: float | None = None) -> Loaded:
     if sampler.dropped_classify_blocks:
         log.info("classify blocks of %s rows give other bits with this machine's kernels; "
                  "using %s", sampler.dropped_classify_blocks, sampler.classify_block_sizes)
-    return Loaded(sampler, step, version, time.time(), fingerprint(sampler))
 
 
 StepHook = Callable[[str, int], None]  # ("loaded" | "failed", step), for metrics
@@ -162,8 +160,9 @@ class CheckpointWatcher:
         self._stopping = False
         self._thread = threading.Thread(target=self._poll, name="cvae-checkpoints", daemon=True)
 
-    def refresh(self) -> None:
-        """Load the chosen step if it is not the one served (poller thread).
+    def refresh(self, *, first_only: bool = False) -> None:
+        """Load the chosen step if it is not the one served (poller thread). `first_only`: at
+        start-up, compile one block size and leave the rest to the poller (`finish_checks`).
 
         For `latest`, that means the newest readable step newer than the served one; when the
         served step's folder vanished or was rewritten (`cvae train --fresh` sets old runs
@@ -179,7 +178,7 @@ class CheckpointWatcher:
                           if (s > current.step if self.step == "latest" else s != current.step)]
         skipped = []
         for step in candidates:
-            reason = self._try_load(step)
+            reason = self._try_load(step, first_only)
             if reason is None:
                 break
             skipped.append(f"step {step}: {reason}")
@@ -216,7 +215,7 @@ class CheckpointWatcher:
             self._ranked = (key, best, why)
         return self._ranked[1]
 
-    def _try_load(self, step: int) -> str | None:
+    def _try_load(self, step: int, first_only: bool = False) -> str | None:
         """Loads and swaps in `step`; returns None, or why it could not."""
         key = (step, step_version(self.directory, step))
         if key[1] is None:
@@ -224,7 +223,7 @@ class CheckpointWatcher:
         if key in self.failed:
             return self.failed[key]
         try:
-            loaded = load(self.directory, step, self.truncation)
+            loaded = load(self.directory, step, self.truncation, first_only=first_only)
         except Exception as error:  # a corrupt or half-deleted step must not stop the service
             reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             self.failed[key] = reason
@@ -269,6 +268,11 @@ class CheckpointWatcher:
             self._thread.join(timeout=30)
 
     def _poll(self) -> None:
+        if self.current is not None:
+            try:  # the block sizes start-up left unchecked, before anything else
+                finish_checks(self.current.sampler)
+            except Exception:  # the sizes checked so far keep serving
+                log.exception("checking the remaining block sizes failed")
         while True:
             self._wake.wait(self.poll_interval)
             self._wake.clear()

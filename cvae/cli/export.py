@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cvae.cli.types import add_step_flag, add_truncation_flag
+from cvae.cli.types import add_compilation_cache_flag, add_step_flag, add_truncation_flag
 from cvae.export.manifest import step_folders
 
 
@@ -22,17 +22,26 @@ def add_export_flags(export) -> None:
                              "there are left alone)")
     add_step_flag(export)
     add_truncation_flag(export)
+    add_compilation_cache_flag(export)
+    export.add_argument("--no-compiled-programs", dest="compiled_programs",
+                        action="store_false",
+                        help="leave out compiled-programs.zip: the programs a server's start "
+                             "compiles on this kind of machine, which it then reads instead "
+                             "(a few MB; packing them costs one start, seconds to minutes)")
 
 
 def cmd_export(args) -> int:
+    from cvae.export.compiled import use_cache
     from cvae.export.run import export_checkpoint
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     try:
+        use_cache(args.checkpoint_dir, args.compilation_cache)
         manifest = export_checkpoint(args.checkpoint_dir, args.out, force=args.force,
-                                     truncation=args.truncation, step=args.step, log=log)
+                                     truncation=args.truncation, step=args.step, log=log,
+                                     compiled_programs=args.compiled_programs)
     except AssertionError as error:  # an artefact disagrees with the sampler: nothing written
         print(f"cvae export: error: verification failed, nothing written: {error}",
               file=sys.stderr)

@@ -36,6 +36,15 @@ def add_truncation_flag(parser: argparse.ArgumentParser) -> None:
                              "(1 = none; default: the run's, 0.75 for `make train`)")
 
 
+def add_compilation_cache_flag(parser: argparse.ArgumentParser) -> None:
+    """--compilation-cache DIR|off: where compiled programs are kept between processes."""
+    parser.add_argument("--compilation-cache", metavar="DIR",
+                        help="keep compiled programs in DIR for the next process on this "
+                             "machine, and read them from it: a start compiles nothing it "
+                             "compiled before (`off`: compile everything; default "
+                             "$CVAE_COMPILATION_CACHE, else ~/.cache/cvae/xla)")
+
+
 STEP_WORDS = ("latest", "best")
 
 

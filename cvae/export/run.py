@@ -22,7 +22,7 @@ import numpy as np
 from cvae.config.sections import Config, as_flags
 from cvae.errors import ConfigError
 from cvae.errors import CheckpointError, ExportError
-from cvae.export import card, onnx_files, stablehlo
+from cvae.export import card, compiled, onnx_files, stablehlo
 from cvae.export.functions import exact_functions, onnx_functions
 from cvae.export.config_file import CONFIG, config_json, spec_facts
 from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
@@ -40,10 +40,12 @@ ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checke
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: bool = False,
-                      truncation: float | None = None, step="latest", log=print) -> dict:
+                      truncation: float | None = None, step="latest", log=print,
+                      compiled_programs: bool = False) -> dict:
     """Export the newest step of `checkpoint_dir` (or the one `step` chooses:
     `cvae.model.store.StepChoice`) into `out`, drawing at `truncation` (None: the run's own;
-    `Config.drawn_at`); returns the manifest."""
+    `Config.drawn_at`); returns the manifest. `compiled_programs`: carry the programs a server's
+    start compiles on this kind of machine (cvae/export/compiled.py; `cvae export` does)."""
     checkpoint_dir, out = Path(checkpoint_dir), Path(out)
     check_out(out, checkpoint_dir, force=force)
     checkpoint = finished_checkpoint(checkpoint_dir, step)
@@ -59,6 +61,12 @@ def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: boo
     try:
         manifest = write_folder(staging, sampler, checkpoint_dir, name=out.name, log=log,
                                 run_config=checkpoint.config)
+        if compiled_programs:
+            log("exporting: the programs a start compiles on this machine")
+            compiled.pack(staging)
+            manifest = write_manifest(staging, {key: value for key, value in manifest.items()
+                                                if key not in ("format", "format_version",
+                                                               "files")})
         move_into(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

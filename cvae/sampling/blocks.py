@@ -16,6 +16,8 @@ Synopsis:
     plan_blocks(200, (64, 128, 256))       # (128, 64, 64)? the cheapest cover of 200 rows
     outcome = block_check(sampler_probes(sampler), sampler.variables, DECODE_BLOCKS)
     # BlockCheck(kept=..., dropped=..., signature=...); `classify_probes` get a check of their own
+    quick = block_check(probes, variables, DECODE_BLOCKS, first_only=True)  # one size compiled
+    outcome = check_remaining(probes, variables, quick)                     # the rest, later
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class BlockCheck(NamedTuple):
     # The bits the kept sizes give the test rows: equal on two machines whose kernels round
     # alike, so it can stand for "these kernels" in a fingerprint of what decides the output.
     signature: bytes
+    unchecked: tuple[int, ...] = ()  # sizes `first_only` left for `check_remaining`
 
 
 class Probe(NamedTuple):
@@ -70,25 +73,36 @@ class Probe(NamedTuple):
     classes: int
 
 
-def block_check(probes: list[Probe], variables: dict, sizes: tuple[int, ...]) -> BlockCheck:
+def block_check(probes: list[Probe], variables: dict, sizes: tuple[int, ...], *,
+                first_only: bool = False) -> BlockCheck:
     """Which `sizes` give every test row the same bits at every position, for every function
     in `probes` (see the module docstring).
 
-    Each size is summarised by the bits its blocks give the test rows, or None when a row's
-    bits differ between two positions of one block (filled with copies of the row, or with
-    the distinct test rows in turn). The largest group of sizes with equal bits is kept (ties:
-    the group with the smallest size).
+    Sizes are checked smallest first. Each is summarised by the bits its blocks give the test
+    rows, or None when a row's bits differ between two positions of one block (filled with
+    copies of the row, or with the distinct test rows in turn). The first size that passes sets
+    the reference bits, and a later size is kept when it gives the same ones: every kept size
+    then gives a row one set of bits, so which of them a batch is cut into does not matter.
+    `first_only` stops at the first kept size and leaves the larger ones `unchecked`, for
+    `check_remaining` to add later: a process can answer after compiling one size, not all.
     """
-    signatures = {size: block_signature(probes, variables, size) for size in sizes}
-    groups: dict[bytes, list[int]] = {}
-    for size in sorted(sizes):
-        if signatures[size] is not None:
-            groups.setdefault(signatures[size], []).append(size)
-    if not groups:
-        return BlockCheck(ROW_BY_ROW, tuple(sorted(sizes)),
-                          block_signature(probes, variables, 1))
-    signature, kept = max(groups.items(), key=lambda group: (len(group[1]), -group[1][0]))
-    return BlockCheck(tuple(kept), tuple(s for s in sorted(sizes) if s not in kept), signature)
+    ordered = tuple(sorted(sizes))
+    for index, size in enumerate(ordered):
+        signature = block_signature(probes, variables, size)
+        if signature is not None:
+            reference = BlockCheck((size,), ordered[:index], signature, ordered[index + 1:])
+            return reference if first_only else check_remaining(probes, variables, reference)
+    return BlockCheck(ROW_BY_ROW, ordered, block_signature(probes, variables, 1))
+
+
+def check_remaining(probes: list[Probe], variables: dict, outcome: BlockCheck) -> BlockCheck:
+    """`outcome` with its unchecked sizes checked against its reference bits: each kept when it
+    gives the test rows the same bits at every position, else dropped."""
+    kept, dropped = list(outcome.kept), list(outcome.dropped)
+    for size in outcome.unchecked:
+        same = block_signature(probes, variables, size) == outcome.signature
+        (kept if same else dropped).append(size)
+    return BlockCheck(tuple(kept), tuple(sorted(dropped)), outcome.signature)
 
 
 def sampler_probes(sampler) -> list[Probe]:

@@ -1,0 +1,104 @@
+"""JAX's persistent compilation cache, for the commands that load a model to draw from it.
+
+A process that serves or samples compiles a few programs before its first answer (a decode
+block, the latent draw, the grid's), 0.5 to 2 s each on a 2-core CPU. JAX can keep compiled
+programs on disk, keyed by the program, the compile options and XLA flags, the jax version and
+the backend, so the next process on the machine reads them instead (`cvae serve`, `cvae sample`
+and `cvae export` turn it on). XLA:CPU refuses an entry compiled for CPU features the host lacks
+and compiles the program again, so a cache copied to another machine is safe, only useless.
+
+Synopsis:
+
+    directory = enable(cache_directory(None))   # before the first compile of the process
+    with counted() as count:                    # programs read from the cache, and compiled
+        sampler = open_sampler(...)
+    count.hits, count.misses
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from pathlib import Path
+
+import jax
+
+ENV = "CVAE_COMPILATION_CACHE"  # a directory, or "off"
+OFF = "off"
+# JAX's own setting (its environment variable, read when JAX loads): where it is set, as the
+# test suite sets it, that cache is used as JAX was told.
+JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
+# Least recently used entries go beyond this (JAX's LRU cache, which then locks its directory:
+# workers starting together write one entry at a time). A served model's programs take a few MB.
+MAX_BYTES = 1 << 30
+HITS, MISSES = "/jax/compilation_cache/cache_hits", "/jax/compilation_cache/cache_misses"
+
+
+def cache_directory(choice: str | None) -> Path | None:
+    """`--compilation-cache`'s value (None: not given) -> the directory, or None for off: the
+    flag, else $CVAE_COMPILATION_CACHE, else $XDG_CACHE_HOME/cvae/xla (~/.cache/cvae/xla)."""
+    choice = choice or os.environ.get(ENV)
+    if choice == OFF:
+        return None
+    if choice:
+        return Path(choice).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "cvae" / "xla"
+
+
+def enable(directory: Path | None) -> Path | None:
+    """Compile through the cache in `directory` from now on (None: leave JAX as it is); returns
+    the directory in use. Call it before the process compiles anything: JAX opens its cache at
+    the first compile. A directory JAX was given in its own environment variable is kept."""
+    if os.environ.get(JAX_ENV):
+        return Path(os.environ[JAX_ENV])
+    if directory is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # all: each is small
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    return directory
+
+
+@dataclasses.dataclass
+class CacheCount:
+    hits: int = 0  # programs read from the cache
+    misses: int = 0  # programs compiled (and written to it)
+
+
+_counts: list[CacheCount] = []
+_lock = threading.Lock()
+
+
+def _listen(event: str, **_metadata) -> None:
+    if event in (HITS, MISSES):
+        with _lock:
+            for count in _counts:
+                if event == HITS:
+                    count.hits += 1
+                else:
+                    count.misses += 1
+
+
+_listening = False
+
+
+@contextlib.contextmanager
+def counted():
+    """Count the programs read from the cache and compiled, in every thread, while inside."""
+    global _listening
+    with _lock:
+        if not _listening:
+            jax.monitoring.register_event_listener(_listen)
+            _listening = True
+        count = CacheCount()
+        _counts.append(count)
+    try:
+        yield count
+    finally:
+        with _lock:
+            _counts.remove(count)
