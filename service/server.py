@@ -16,8 +16,10 @@ The master process never imports JAX: workers are forked, and XLA's threads do n
 fork. The app is built in each worker by `app_factory`.
 
 Slow or abandoned clients cost a connection for a bounded time only (`BoundedHttpToolsProtocol`).
-A clean stop logs no error (`OwnedSocketsWorker`), and `log_format="json"` makes gunicorn's and
-uvicorn's lines JSON objects like the service's own (`JsonLinesLogger`, service/logs.py).
+A clean stop logs no error (`OwnedSocketsWorker`); a worker stopped while its lifespan still
+loads and compiles leaves at once with one line (`StartingServer`), and `log_format="json"`
+makes gunicorn's and uvicorn's lines JSON objects like the service's own (`JsonLinesLogger`,
+service/logs.py).
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ import importlib
 import logging
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import typing
 from typing import Callable
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.glogging import Logger as GunicornLogger
+from uvicorn import Server
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
@@ -139,6 +146,28 @@ def _cancel(timer: asyncio.TimerHandle | None) -> None:
         timer.cancel()
 
 
+class StartingServer(Server):
+    """uvicorn's server, except that SIGTERM/SIGINT while the lifespan still loads and compiles
+    the model (nothing listens yet, nothing was served) ends the worker at once, with one line
+    and exit 0. uvicorn would first finish the start-up, which can take minutes, and gunicorn's
+    master waits `graceful_timeout` for it, then kills it."""
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.starting():
+            leave_while_starting(sig)
+        super().handle_exit(sig, frame)
+
+    def starting(self) -> bool:
+        return not self.started and not getattr(self, "servers", None)
+
+
+def leave_while_starting(signum: int) -> typing.NoReturn:
+    log.info("worker %d: interrupted by %s while loading the model; leaving at once, nothing "
+             "was served", os.getpid(), signal.Signals(signum).name)
+    logging.shutdown()  # flushed: os._exit does not wait for the compile threads to end
+    os._exit(0)
+
+
 class OwnedSocketsWorker(UvicornWorker):
     """uvicorn-worker's worker, handing uvicorn the listening sockets themselves.
 
@@ -150,9 +179,24 @@ class OwnedSocketsWorker(UvicornWorker):
     socket objects, which are left detached, so nothing closes a descriptor twice.
     """
 
+    server: StartingServer | None = None
+
     def run(self) -> None:
         self.sockets = [getattr(listener, "sock", listener) for listener in self.sockets]
         super().run()
+
+    async def _serve(self) -> None:  # uvicorn-worker's, with a `StartingServer`
+        self.config.app = self.wsgi
+        self.server = StartingServer(config=self.config)
+        self._install_sigquit_handler()
+        await self.server.serve(sockets=self.sockets)
+        if not self.server.started:
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)
+
+    def handle_exit(self, sig, frame) -> None:  # SIGQUIT: the master's quick stop (SIGINT)
+        if self.server is not None and self.server.starting():
+            leave_while_starting(sig)
+        super().handle_exit(sig, frame)
 
 
 def worker_class(read_timeout: float, write_timeout: float) -> type[UvicornWorker]:

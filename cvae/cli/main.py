@@ -28,6 +28,7 @@ from cvae.cli.train import (PRINTED_HEADER, add_train_flags, config_from_args, g
 from cvae.cli.types import add_step_flag, add_truncation_flag, bounded
 from cvae.cli.data import add_data_flags, cmd_data
 from cvae.errors import USER_ERRORS
+from cvae.cli import stops
 from cvae.cli.export import add_export_flags, check_exported, check_step, cmd_export
 
 EXIT_USER_ERROR = 2
@@ -191,8 +192,6 @@ def add_serve_command(commands) -> None:
                             "with a request id also returned as X-Request-ID (default text)")
 
 
-
-
 def register_own_dataset(args) -> None:
     """A dataset of one's own, named by --dataset or the --config file, is registered from its
     manifest in --data-dir before the config that names it is validated."""
@@ -250,7 +249,8 @@ def cmd_train(args) -> int:
     if data is None:
         data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
     checkpoint_dir = Path(args.checkpoint_dir)
-    ensure_writable(checkpoint_dir)
+    with stops.deferred():  # a signal during start-up waits for the probe file to be gone
+        ensure_writable(checkpoint_dir)
 
     import jax
 
@@ -381,6 +381,7 @@ COMMANDS = {"data": cmd_data, "train": cmd_train, "launch": cmd_launch, "sample"
             "eval": cmd_eval, "serve": cmd_serve, "export": cmd_export}
 
 
+@stops.guarded  # SIGINT/SIGTERM at any moment of train, serve and launch (cvae/cli/stops.py)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(help_preset(argv), config_flags="train" in argv[:1]).parse_args(argv)

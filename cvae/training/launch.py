@@ -6,7 +6,12 @@ For tests and for many-core or multi-GPU boxes (process i gets GPU i through JAX
 each i, and then only watches:
 
 - SIGINT/SIGTERM are forwarded to every process: they agree to stop after the current chunk,
-  save one checkpoint together and exit 0; a second signal kills them;
+  save one checkpoint together and exit 0 (still starting, before their first chunk, nothing
+  to save); a second signal kills them. Each process is started with both signals blocked
+  until its handler is in place (`cvae.training.signals`), so none dies of one while starting.
+  A signal before every process was started stops the launch: those started have not joined
+  the group yet (it needs all of them) and have written nothing, so they are killed, and the
+  launcher says so in one line and exits 0;
 - when one process fails, the others are sent SIGTERM and, after `grace` seconds, SIGKILL; the
   launcher exits with the code of the process that failed first and one line naming it (the
   others' failures followed from it: a collective that lost its peer, or JAX's coordination
@@ -25,6 +30,7 @@ import sys
 import time
 
 from cvae.errors import ConfigError
+from cvae.training import signals as startup_signals
 
 # A process that stops sending heartbeats for this long is declared dead, and JAX then stops
 # every other process: the bound on how long the survivors of a frozen or unreachable process
@@ -60,8 +66,15 @@ def check_flags(train_flags: list[str]) -> list[str]:
     return flags
 
 
+def _prepare_child() -> None:
+    """In the child, before exec: SIGINT/SIGTERM wait for its handler, and SIGTERM comes when
+    the launcher dies (Linux), so no process outlives it."""
+    startup_signals.block_in_child()
+    if sys.platform == "linux":
+        _die_with_parent()
+
+
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the launcher dies, so no process outlives it."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: the launcher's own handlers still apply
@@ -89,20 +102,24 @@ class Launcher:
         self.address = f"{host}:{free_port(host)}"
         self.processes: list[subprocess.Popen] = []
         self.signals_received = 0
+        self.first_signal: int | None = None
         self.polls = 0
         self.failed_at: dict[int, int] = {}  # process index -> the poll that first saw it fail
 
     def start(self) -> None:
         for index in range(self.count):
+            if self.signals_received:  # asked to stop: start no more (see `run`)
+                return
             env = dict(os.environ)
             env.setdefault("JAX_LOCAL_DEVICE_IDS", str(index))  # one GPU each (ignored on CPU)
             self.processes.append(subprocess.Popen(
                 train_command(self.flags, self.address, count=self.count, index=index), env=env,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None))
+                preexec_fn=_prepare_child))
 
     def forward(self, signum, _frame=None) -> None:
         self.signals_received += 1
+        self.first_signal = self.first_signal or signum
         if self.signals_received > 1:  # asked twice: stop waiting for a clean save
             self.send(signal.SIGKILL)
         else:
@@ -118,6 +135,8 @@ class Launcher:
                                                                      signal.SIGTERM)}
         try:
             self.start()
+            if len(self.processes) < self.count:
+                return self.stopped_while_starting()
             return self.watch()
         finally:
             for sig, handler in previous.items():
@@ -125,6 +144,16 @@ class Launcher:
             self.send(signal.SIGKILL)  # nothing outlives the launcher, whatever happened
             for process in self.processes:
                 process.wait()
+
+    def stopped_while_starting(self) -> int:
+        """A signal came before every process was started: the ones started cannot have
+        joined the group (it needs all of them), so nothing of theirs is to save."""
+        self.send(signal.SIGKILL)
+        print(f"cvae launch: interrupted by {signal.Signals(self.first_signal).name} while "
+              f"starting processes ({len(self.processes)} of {self.count} started, stopped "
+              f"before joining); nothing trained, nothing to save",
+              file=sys.stderr, flush=True)
+        return startup_signals.EXIT_INTERRUPTED
 
     def failure(self) -> tuple[int, int] | None:
         """(index, return code) of the process whose failure caused the others', if any.

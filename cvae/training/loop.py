@@ -9,8 +9,9 @@ evaluation. The test set is never read here.
 Chunks end on multiples of `steps_per_call` within an epoch, so a run stopped and resumed runs
 exactly the same device programs as one that was not, and ends with bit-identical parameters.
 SIGINT/SIGTERM stop before the next chunk (on every process at once), then the callbacks save
-and the loop returns. Run as one of N processes, the loop is the same: the mesh spans all
-processes' devices, and only process 0 moves folders (`--fresh`, unreadable steps).
+and the loop returns; one noted during `cvae train`'s start-up stops it before its first
+chunk. Run as one of N processes, the loop is the same: the mesh spans all processes' devices,
+and only process 0 moves folders (`--fresh`, unreadable steps).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from cvae.training.optimizer import create_optimizer
 from cvae.training.processes import any_process
 from cvae.training.start import keep_schedule_span, schedule_span, start_state
 from cvae.training.step import create_train_step, device_arrays, prior_fit_key, run_key
+from cvae.training import signals as startup_signals
 from cvae.training.supervision import Supervision, create_supervision
 from cvae.data.specs import check_config
 from cvae.training.validation import create_validation
@@ -110,7 +112,8 @@ class Interrupts:
 
 @contextlib.contextmanager
 def stop_on_signals(interrupts: Interrupts):
-    """SIGINT/SIGTERM ask the loop to stop before the next chunk instead of killing it."""
+    """SIGINT/SIGTERM ask the loop to stop before the next chunk instead of killing it; one
+    that came during the start-up of `cvae train` (`cvae.training.signals`) is taken over."""
     handler = interrupts.handler
     installed = {}
     try:
@@ -118,6 +121,10 @@ def stop_on_signals(interrupts: Interrupts):
             installed[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main thread: leave signals alone
         pass
+    startup_signals.note_only()  # once the loop is over, a signal is noted, not a start-up stop
+    if (noted := startup_signals.take_pending()) is not None:
+        interrupts.reason = (f"interrupted by {signal.Signals(noted).name} during start-up, "
+                             f"before any step")
     try:
         yield
     finally:

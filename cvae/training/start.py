@@ -15,6 +15,7 @@ from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.errors import ResumeError
 from cvae.model import store
 from cvae.training import processes
+from cvae.training import signals as startup_signals
 from cvae.training.checkpoints import restore_state
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ def start_state(state, config: Config, checkpoint_dir: str | Path, *, fresh: boo
         state = initialise_from(state, init_from)
     if fresh:
         if processes.current().is_writer:  # one process moves; the others wait for it
-            set_aside_previous_run(checkpoint_dir)
+            with startup_signals.deferred():  # a signal waits until every folder has moved
+                set_aside_previous_run(checkpoint_dir)
         processes.barrier("fresh: previous run set aside")
         return state
     return resume_state(checkpoint_dir, state, config)
@@ -100,10 +102,11 @@ def resume_state(checkpoint_dir: Path, state, config: Config):
     finally:
         manager.close()
     # Moved aside, not deleted: training will write these steps again. By process 0 only.
-    for step in unreadable if processes.current().is_writer else ():
-        target = checkpoint_dir / f"unreadable-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
-        (checkpoint_dir / str(step)).rename(target)
-        log.warning("moved unreadable checkpoint step %d to %s", step, target)
+    with startup_signals.deferred():  # a signal during start-up waits for the moves
+        for step in unreadable if processes.current().is_writer else ():
+            target = checkpoint_dir / f"unreadable-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+            (checkpoint_dir / str(step)).rename(target)
+            log.warning("moved unreadable checkpoint step %d to %s", step, target)
     processes.barrier("resume: unreadable steps set aside")
     return state if found is None else found[1]
 
