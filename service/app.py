@@ -62,8 +62,9 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
     request an id, returned as X-Request-ID and logged with its lines (service/logs.py);
     truncation: draw every step's samples at this quantile instead of its own (`cvae serve
     --truncation`); step: which step to serve, a number, "best" or "latest" (`cvae serve
-    --step`, service/checkpoints.py); compilation_cache: where compiled programs are kept between
-    starts, or "off" (None: the default, `cvae.sampling.compilation_cache.cache_directory`).
+    --step`, service/checkpoints.py); compilation_cache: the directory where compiled programs
+    are kept between starts (`cvae serve --compilation-cache`), or "off"; None leaves JAX's
+    settings as they are.
     """
     metrics = Metrics()
     lifespan = functools.partial(serve_checkpoints, checkpoint_dir=checkpoint_dir,
@@ -128,13 +129,13 @@ def start_up(watcher: CheckpointWatcher, checkpoint_dir: str | Path,
     next, `finish_checks`, while requests are answered), reading compiled programs from the
     cache where an earlier start, or the export, left them; logs what it took."""
     started = time.perf_counter()
-    cache = use_cache(checkpoint_dir, compilation_cache)
+    cache = use_cache(checkpoint_dir, compilation_cache) if compilation_cache else None
     with counted() as programs:
         watcher.refresh(first_only=True)
     if watcher.current is not None:
         log.info("loaded step %d in %.1f s: %d compiled programs read from %s, %d compiled",
                  watcher.current.step, time.perf_counter() - started, programs.hits,
-                 cache or "no cache (--compilation-cache off)", programs.misses)
+                 cache or "no cache", programs.misses)
 
 
 def _install_sighup(watcher: CheckpointWatcher) -> bool:

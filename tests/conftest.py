@@ -19,9 +19,12 @@ from pathlib import Path
 if "CVAE_TEST_COMPILATION_CACHE" not in os.environ:
     os.environ["CVAE_TEST_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="cvae-tests-jax-cache-")
     atexit.register(shutil.rmtree, os.environ["CVAE_TEST_COMPILATION_CACHE"], ignore_errors=True)
+# The settings `cvae serve` and `cvae sample` use (cvae/sampling/compilation_cache.py), so that
+# the pytest workers' programs and their subprocesses' have the same keys.
 os.environ.update(JAX_COMPILATION_CACHE_DIR=os.environ["CVAE_TEST_COMPILATION_CACHE"],
                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
+                  JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="none")
 
 # Compiling is most of the suite's CPU time and no test times a compiled program, so the suite
 # compiles with LLVM's optimisation passes off (about a third less CPU on the compile-heavy

@@ -25,11 +25,13 @@ from cvae.config import toml as config_toml
 from cvae.config.sections import Config
 from cvae.cli.train import (PRINTED_HEADER, add_train_flags, config_from_args, given_paths,
                             help_preset)
-from cvae.cli.types import add_step_flag, add_truncation_flag, bounded
+from cvae.cli.types import (add_compilation_cache_flag, add_step_flag, add_truncation_flag,
+                             bounded)
 from cvae.cli.data import add_data_flags, cmd_data
 from cvae.errors import USER_ERRORS
 from cvae.cli import stops
 from cvae.cli.export import add_export_flags, check_exported, check_step, cmd_export
+from cvae.cli.sample import add_sample_flags, cmd_sample
 
 EXIT_USER_ERROR = 2
 # The project's own loggers say what they do at INFO (e.g. which checkpoint step is served);
@@ -56,9 +58,10 @@ def build_parser(help_preset: str = "default", *, config_flags: bool = True
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_data_command(commands)
     add_train_command(commands, presets.get_preset(help_preset) if config_flags else None)
-    for add_command_flags in (add_launch_command, add_sample_command, add_eval_command,
-                              add_serve_command):
-        add_command_flags(commands)
+    add_launch_command(commands)
+    add_sample_flags(add_command(commands, "sample"))
+    add_eval_command(commands)
+    add_serve_command(commands)
     add_export_flags(add_command(commands, "export"))
     return parser
 
@@ -85,36 +88,6 @@ def add_launch_command(commands) -> None:
                              "SIGTERM before SIGKILL (default 10)")
     launch.add_argument("train_flags", nargs=argparse.REMAINDER,
                         help="flags for each `cvae train` (after --)")
-
-
-def add_sample_command(commands) -> None:
-    sample = add_command(commands, "sample")
-    sample.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="the run to sample from, or a folder of `cvae export` "
-                             "(default checkpoints)")
-    add_step_flag(sample)
-    which = sample.add_mutually_exclusive_group()  # omit both for one row per class
-    which.add_argument("--digit", type=bounded(int, 0, limits.MAX_CLASSES - 1),
-                       help="a class by index (the model's own range is checked once loaded)")
-    which.add_argument("--label", metavar="NAME|INDEX",
-                       help="the class to draw, by its name in the dataset (dog) or its index")
-    sample.add_argument("--n", type=bounded(int, 1, limits.MAX_N), default=limits.DEFAULT_N,
-                        help=f"samples per digit (default {limits.DEFAULT_N})")
-    sample.add_argument("--cols", type=bounded(int, 1, limits.MAX_N),
-                        help="grid columns (default ceil(sqrt(n)), or n without --digit)")
-    sample.add_argument("--seed", type=bounded(int, 0, limits.MAX_SEED), default=0,
-                        help="the same seed gives the same PNG bytes (default 0)")
-    sample.add_argument("--temperature", type=bounded(float, 0, limits.MAX_TEMPERATURE,
-                                                      low_open=True),
-                        default=limits.DEFAULT_TEMPERATURE,
-                        help=f"z ~ N(0, t^2 I) (default {limits.DEFAULT_TEMPERATURE})")
-    add_truncation_flag(sample)
-    sample.add_argument("--scale", type=bounded(int, 1, limits.MAX_SCALE),
-                        default=limits.DEFAULT_SCALE,
-                        help=f"integer upscale of each tile (default {limits.DEFAULT_SCALE})")
-    sample.add_argument("--pad", type=bounded(int, 0, limits.MAX_PAD), default=limits.DEFAULT_PAD,
-                        help=f"px of background around every tile (default {limits.DEFAULT_PAD})")
-    sample.add_argument("--out", required=True, help="output PNG path")
 
 
 def add_eval_command(commands) -> None:
@@ -182,6 +155,7 @@ def add_serve_command(commands) -> None:
     serve.add_argument("--poll-interval", type=bounded(float, 0.1, 3600), default=2.0,
                        help="seconds between looks for a newer checkpoint (default 2)")
     add_truncation_flag(serve)
+    add_compilation_cache_flag(serve)
     serve.add_argument("--cache-max-age", type=bounded(int, 0, 31536000), default=600,
                        help="seconds browsers and CDNs may keep a seeded picture before "
                             "revalidating its ETag (default 600)")
@@ -322,23 +296,6 @@ def ensure_writable(directory: Path) -> None:
                               f"{error.strerror or error}") from None
 
 
-def cmd_sample(args) -> int:
-    from cvae.data.specs import spec_of
-    from cvae.export.load import open_sampler
-    from cvae.sampling.grid import grid_columns, make_grid, save_png
-
-    check_exported(args.checkpoint_dir)
-    sampler = open_sampler(args.checkpoint_dir, args.step, truncation=args.truncation)
-    digit = args.digit if args.label is None else sampler.class_index(args.label)
-    images = sampler.sample_images(digit, args.n, args.seed, temperature=args.temperature)
-    shape = spec_of(sampler.config.data.dataset).stored_shape
-    grid = make_grid(images, grid_columns(digit, args.n, args.cols), pad=args.pad,
-                     scale=args.scale, image_shape=shape)
-    path = save_png(grid, args.out)
-    print(f"wrote {path} ({grid.shape[1]}x{grid.shape[0]}, step {sampler.step}, seed {args.seed})")
-    return 0
-
-
 def cmd_eval(args) -> int:
     from cvae.evaluation.run import EvalOptions, run_eval
 
@@ -355,6 +312,7 @@ def workers_count(text: str) -> int | str:
 
 
 def cmd_serve(args) -> int:
+    from cvae.sampling.compilation_cache import OFF, cache_directory
     from service.logs import configure_logging
     from service.server import lazy_app, serve
 
@@ -364,7 +322,8 @@ def cmd_serve(args) -> int:
     app = lazy_app("service.app:create_app", args.checkpoint_dir,
                    poll_interval=args.poll_interval, cache_max_age=args.cache_max_age,
                    request_ids=args.log_format == "json", truncation=args.truncation,
-                   step=args.step)
+                   step=args.step,
+                   compilation_cache=str(cache_directory(args.compilation_cache) or OFF))
     serve(app, args.host, args.port, workers=args.workers, read_timeout=args.read_timeout,
           write_timeout=args.write_timeout, access_log=args.access_log,
           log_format=args.log_format)

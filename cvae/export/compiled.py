@@ -27,6 +27,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from cvae.sampling.compilation_cache import CACHE_SETTINGS, JAX_ENV
+
 COMPILED = "compiled-programs.zip"
 ENTRY_SUFFIX = "-cache"  # how JAX names a cache entry's file
 ACCESS_SUFFIX = "-atime"  # the last use JAX's LRU cache keeps beside each entry
@@ -36,9 +38,8 @@ def pack(folder: Path) -> Path:
     """Write `folder`/compiled-programs.zip: the programs a start of the exported `folder`
     compiles here (a process of its own, minutes on a slow machine for a large model)."""
     with tempfile.TemporaryDirectory(prefix="cvae-compiled-") as cache:
-        env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache,
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+        env = {**os.environ, JAX_ENV: cache,
+               **{name: str(value) for name, value in CACHE_SETTINGS.items()}}
         subprocess.run([sys.executable, "-m", "cvae.export.compiled", str(folder)], env=env,
                        check=True, stdout=subprocess.DEVNULL)
         path = folder / COMPILED

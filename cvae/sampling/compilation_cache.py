@@ -13,6 +13,9 @@ Synopsis:
     with counted() as count:                    # programs read from the cache, and compiled
         sampler = open_sampler(...)
     count.hits, count.misses
+
+Standard library only until `enable` runs, so the command line can resolve the directory
+without loading JAX (`cvae serve`'s master process never does).
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ import dataclasses
 import os
 import threading
 from pathlib import Path
-
-import jax
 
 ENV = "CVAE_COMPILATION_CACHE"  # a directory, or "off"
 OFF = "off"
@@ -38,8 +39,9 @@ HITS, MISSES = "/jax/compilation_cache/cache_hits", "/jax/compilation_cache/cach
 
 def cache_directory(choice: str | None) -> Path | None:
     """`--compilation-cache`'s value (None: not given) -> the directory, or None for off: the
-    flag, else $CVAE_COMPILATION_CACHE, else $XDG_CACHE_HOME/cvae/xla (~/.cache/cvae/xla)."""
-    choice = choice or os.environ.get(ENV)
+    flag, else $CVAE_COMPILATION_CACHE, else JAX's own $JAX_COMPILATION_CACHE_DIR (the test
+    suite's), else $XDG_CACHE_HOME/cvae/xla (~/.cache/cvae/xla)."""
+    choice = choice or os.environ.get(ENV) or os.environ.get(JAX_ENV)
     if choice == OFF:
         return None
     if choice:
@@ -49,19 +51,30 @@ def cache_directory(choice: str | None) -> Path | None:
 
 
 def enable(directory: Path | None) -> Path | None:
-    """Compile through the cache in `directory` from now on (None: leave JAX as it is); returns
-    the directory in use. Call it before the process compiles anything: JAX opens its cache at
-    the first compile. A directory JAX was given in its own environment variable is kept."""
-    if os.environ.get(JAX_ENV):
-        return Path(os.environ[JAX_ENV])
+    """Compile through the cache in `directory` from now on (None: compile everything); returns
+    `directory`. Call it before the process compiles anything: JAX opens its cache at the
+    first compile."""
+    import jax
+
     if directory is None:
+        jax.config.update("jax_enable_compilation_cache", False)
         return None
     directory.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # all: each is small
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    for name, value in CACHE_SETTINGS.items():
+        jax.config.update(name.lower(), value)
+    if directory != Path(os.environ.get(JAX_ENV) or "."):  # a cache JAX was given stays as is
+        jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     return directory
+
+
+# Every program, however fast it compiles (each is small), and keys that do not depend on the
+# cache's path: by default JAX writes the directory of XLA's GPU autotuning cache, inside the
+# cache, into every program's compile options, so a cache moved or carried elsewhere (an
+# export's) would never hit. As environment variables for processes started with a cache.
+CACHE_SETTINGS = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": 0.0,
+                  "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": 0,
+                  "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}
 
 
 @dataclasses.dataclass
@@ -91,6 +104,8 @@ _listening = False
 def counted():
     """Count the programs read from the cache and compiled, in every thread, while inside."""
     global _listening
+    import jax
+
     with _lock:
         if not _listening:
             jax.monitoring.register_event_listener(_listen)
