@@ -1,0 +1,128 @@
+"""A start in seconds: one block size checked before the first answer and the others later, with
+the same bits; compiled programs read from a cache, the one an export carries included.
+
+Costs, measured on the 2-core AVX2 EPYC: the block-check tests under 1 CPU-s; the sampler's
+about 6; the service's about 8; the carried programs' about 40 (an export, its programs packed
+by a process of their own, and a real server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+
+import httpx
+import numpy as np
+from fastapi.testclient import TestClient
+
+from cvae.export.compiled import COMPILED, unpack
+from cvae.sampling.blocks import ROW_BY_ROW, Probe, block_check, check_remaining
+from cvae.sampling.sampler import load_sampler
+from servers import cvae_server
+
+SIZES = (4, 8, 16, 32)
+
+
+def probe(leaky: tuple[int, ...] = (), other_bits: tuple[int, ...] = ()) -> Probe:
+    """A row's output is the row doubled, but in blocks of a `leaky` size its position leaks
+    into its bits, and in blocks of an `other_bits` size every row is off by one ulp-ish."""
+    def fn(variables, rows, labels):
+        out = rows * np.float32(2)
+        if len(rows) in leaky:
+            out = out + np.arange(len(rows), dtype=np.float32)[:, None] * np.float32(1e-3)
+        if len(rows) in other_bits:
+            out = out + np.float32(1e-3)
+        return out
+    return Probe(fn, width=3, classes=10)
+
+
+def test_the_first_size_that_passes_sets_the_bits_and_the_rest_are_checked_later():
+    probes = [probe(leaky=(8,), other_bits=(32,))]
+    quick = block_check(probes, {}, SIZES, first_only=True)
+    assert (quick.kept, quick.dropped, quick.unchecked) == ((4,), (), (8, 16, 32))
+    later = check_remaining(probes, {}, quick)
+    assert (later.kept, later.dropped, later.unchecked) == ((4, 16), (8, 32), ())
+    assert later.signature == quick.signature  # the bits (and so the ETags) do not move
+    assert later == block_check(probes, {}, SIZES)  # as one pass over every size
+
+
+def test_a_smallest_size_that_leaks_positions_gives_way_to_the_next():
+    outcome = block_check([probe(leaky=(4,))], {}, SIZES, first_only=True)
+    assert (outcome.kept, outcome.dropped, outcome.unchecked) == ((8,), (4,), (16, 32))
+
+
+def test_no_size_passing_decodes_row_by_row():
+    outcome = block_check([probe(leaky=SIZES)], {}, SIZES)
+    assert (outcome.kept, outcome.dropped) == (ROW_BY_ROW, SIZES)
+
+
+def test_a_sampler_checked_at_one_size_draws_the_bits_of_one_checked_at_all(trained_run):
+    """`cvae sample` and a starting server check one size; the bits are those of every size."""
+    quick = load_sampler(trained_run.directory, first_only=True)
+    full = load_sampler(trained_run.directory)
+    assert len(quick.block_sizes) == 1 and quick.blocks_unchecked
+    assert quick.kernel_signature == full.kernel_signature
+    noise = np.random.default_rng(0).standard_normal((300, quick.noise_dim), np.float32)
+    labels = np.arange(300, dtype=np.int32) % 10
+    expected = full.decode(noise, labels)  # 256 + 64 rows, or however this CPU's sizes cut it
+    np.testing.assert_array_equal(quick.decode(noise, labels).view(np.uint32),
+                                  expected.view(np.uint32))
+    quick.check_remaining_blocks()
+    assert (quick.block_sizes, quick.dropped_blocks, quick.blocks_unchecked) == (
+        full.block_sizes, full.dropped_blocks, ())
+    assert quick.kernel_signature == full.kernel_signature
+    np.testing.assert_array_equal(quick.decode(noise, labels).view(np.uint32),
+                                  expected.view(np.uint32))
+
+
+def test_a_service_answers_after_one_size_and_its_watcher_checks_the_rest(trained_run):
+    from service.app import create_app
+
+    full = load_sampler(trained_run.directory)
+    with TestClient(create_app(trained_run.directory, poll_interval=3600)) as client:
+        first = client.get("/sample", params={"digit": 7, "n": 4, "seed": 3})
+        watcher = client.app.state.watcher
+        deadline = time.monotonic() + 120
+        while watcher.current.sampler.blocks_unchecked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sampler = watcher.current.sampler
+        assert (sampler.block_sizes, sampler.blocks_unchecked) == (full.block_sizes, ())
+        second = client.get("/sample", params={"digit": 7, "n": 4, "seed": 3})
+    assert first.status_code == second.status_code == 200
+    assert first.content == second.content == full.sample_png(7, 4, 3)
+    assert first.headers["etag"] == second.headers["etag"]
+
+
+def test_an_export_carries_the_programs_a_start_compiles(trained_run, tmp_path):
+    """A server started on the export with an empty cache compiles nothing, and draws the bytes
+    the sampler draws; the zip is in the manifest like every file."""
+    from cvae.export.manifest import read_manifest
+    from cvae.export.run import export_checkpoint
+
+    folder = tmp_path / "exported"
+    export_checkpoint(trained_run.directory, folder, log=lambda message: None,
+                      compiled_programs=True)
+    assert COMPILED in read_manifest(folder)["files"]
+    cache = tmp_path / "cache"
+    with cvae_server(folder, tmp_path / "server.log", "--compilation-cache",
+                     str(cache)) as server:
+        png = httpx.get(f"{server.url}/sample", params={"digit": 7, "n": 4, "seed": 3},
+                        timeout=60).content
+        line = re.search(r"loaded step \d+ in [\d.]+ s: (\d+) compiled programs read from "
+                         r"(\S+), (\d+) compiled", server.log())
+    assert line is not None, server.log()[-2000:]
+    read, directory, compiled = int(line[1]), line[2], int(line[3])
+    assert (read > 0, directory, compiled) == (True, str(cache), 0)
+    assert hashlib.sha256(png).digest() == hashlib.sha256(
+        load_sampler(trained_run.directory).sample_png(7, 4, 3)).digest()
+    assert unpack(folder, cache) == 0  # every entry is there already: nothing copied again
+
+
+def test_the_flag_wins_over_the_environment_and_off_turns_the_cache_off(monkeypatch):
+    from cvae.sampling.compilation_cache import cache_directory
+
+    monkeypatch.setenv("CVAE_COMPILATION_CACHE", "/somewhere")
+    assert cache_directory("off") is None
+    assert str(cache_directory(None)) == "/somewhere"
+    assert str(cache_directory("/elsewhere")) == "/elsewhere"
