@@ -160,9 +160,14 @@ def test_mixed_sizes_and_modes_are_resized_and_converted_as_the_manifest_says(tm
     assert manifest["resize"]["rule"].startswith("the most common size")
     assert manifest["resize"]["size"] == [6, 4] and manifest["resize"]["resized"] == {"10x8": 1}
     assert manifest["resize"]["filter"] == "PIL.Image.Resampling.LANCZOS"
-    assert manifest["modes"] == {"to": "RGB", "converted": {"L": 5, "P": 1, "RGBA": 1}}
+    assert manifest["modes"] == {
+        "to": "RGB", "converted": {"L": 5, "P": 1, "RGBA": 1}, "grey_from_colour": 0,
+        "rule": f"colour: {tmp_path / 'mixed' / 'b' / 'palette.gif'} has channels that differ"}
     data = loaded(tmp_path / "data", "mixed")
-    expected = np.asarray(images["b/rgba.png"].convert("RGB").resize((4, 6), RESIZE_FILTER))
+    # The RGBA noise, its random alpha composited onto the default white background.
+    white = Image.new("RGBA", images["b/rgba.png"].size, (255, 255, 255, 255))
+    composite = Image.alpha_composite(white, images["b/rgba.png"]).convert("RGB")
+    expected = np.asarray(composite.resize((4, 6), RESIZE_FILTER))
     found = np.concatenate([data.train_images, data.test_images])
     assert any(np.array_equal(image, expected) for image in found)
     assert "resized 1 images to 6x4 (LANCZOS)" in lines[1]
@@ -184,6 +189,151 @@ def test_image_size_and_channels_flags_override_the_rule(tmp_path):
         assert any(np.array_equal(image, resized) for image in found)
     with pytest.raises(argparse.ArgumentTypeError, match="expected N or HxW"):
         parse_image_size("0x3")
+
+
+# --- transparency and grey saved as colour -------------------------------------------------
+
+# A 2x3 RGBA image: opaque colour, fully transparent pixels hiding green (and hiding grey 7),
+# and one pixel of grey 100 at alpha 128.
+OPAQUE, HIDDEN, HALF = (200, 30, 60, 255), (0, 255, 0, 0), (100, 100, 100, 128)
+RGBA_PIXELS = np.array([[OPAQUE, HIDDEN, HALF], [OPAQUE, HIDDEN, (7, 7, 7, 0)]], np.uint8)
+
+
+def _transparent_folder(root: Path) -> Path:
+    """Class a: two RGBA PNGs; class b: two palette PNGs whose entry 0 (blue) is transparent,
+    entry 1 red."""
+    for i in range(2):
+        (root / "a").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(RGBA_PIXELS, "RGBA").save(root / "a" / f"{i}.png")
+        palette = Image.fromarray(np.array([[0, 1, 1], [1, 0, 0]], np.uint8), "P")
+        palette.putpalette([0, 0, 255, 255, 0, 0] + [0, 0, 0] * 254)
+        (root / "b").mkdir(parents=True, exist_ok=True)
+        palette.save(root / "b" / f"{i}.png", transparency=0)
+    return root
+
+
+def _all_images(data_dir: Path, name: str) -> np.ndarray:
+    data = loaded(data_dir, name)
+    return np.concatenate([data.train_images, data.test_images])
+
+
+@pytest.mark.parametrize("background, rgb", [(None, (255, 255, 255)), ("black", (0, 0, 0)),
+                                             ("#102030", (16, 32, 48))])
+def test_transparency_is_composited_onto_the_background_and_recorded(background, rgb,
+                                                                      tmp_path):
+    source = _transparent_folder(tmp_path / "icons")
+    with Image.open(source / "b" / "0.png") as palette:
+        assert palette.mode == "P" and palette.info.get("transparency") == 0
+    options = {} if background is None else {"background": background}
+    name = f"icons-{rgb[2]}"  # a name per content: the process registers each prepared set
+    _, manifest, lines = prepare(source, name, tmp_path / "data", test_fraction=0.5,
+                                 **options)
+    assert manifest["channels"] == 3
+    grey = round(0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2])
+    assert manifest["background"] == {
+        "colour": background or "white", "rgb": list(rgb), "grey": grey, "transparent": 4,
+        "rule": "transparency alpha-composited onto it (PIL.Image.alpha_composite)"}
+    assert f"composited 4 images with transparency onto {background or 'white'} {rgb}" in lines
+    found = _all_images(tmp_path / "data", name)
+    rgbas = [image for image in found if tuple(image[0, 0]) == OPAQUE[:3]]
+    palettes = [image for image in found if tuple(image[1, 0]) == (255, 0, 0)]
+    assert len(rgbas) == len(palettes) == 2
+    for image in rgbas:  # opaque pixels as they were, transparent ones the background exactly
+        assert [tuple(image[0, 1]), tuple(image[1, 1]), tuple(image[1, 2])] == [rgb] * 3
+        half = 100 * 128 / 255 + np.array(rgb) * 127 / 255  # alpha 128 of 255
+        assert np.all(np.abs(image[0, 2] - half) <= 1), image[0, 2]
+    for image in palettes:
+        np.testing.assert_array_equal(image, [[rgb, (255, 0, 0), (255, 0, 0)],
+                                              [(255, 0, 0), rgb, rgb]])
+
+
+def test_grey_images_with_alpha_become_the_backgrounds_grey_level(tmp_path):
+    for i in range(4):
+        (tmp_path / "grey" / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        pixels = np.array([[[90, 255], [90, 0]], [[5, 0], [5, 255]]], np.uint8)  # L, alpha
+        Image.fromarray(pixels, "LA").save(tmp_path / "grey" / "ab"[i % 2] / f"{i}.png")
+    for name, background, level in (("on-white", "white", 255), ("on-black", "black", 0),
+                                    ("on-red", "red", 76)):  # red's luma: 0.299 x 255
+        _, manifest, _ = prepare(tmp_path / "grey", f"la-{name}", tmp_path / "data",
+                                 background=background, test_fraction=0.5)
+        assert manifest["channels"] == 1 and manifest["background"]["grey"] == level
+        assert manifest["modes"]["rule"] == "every image is in a grey mode"
+        for image in _all_images(tmp_path / "data", f"la-{name}"):
+            np.testing.assert_array_equal(image, [[90, level], [level, 5]])
+
+
+def _grey_as_colour_folder(root: Path) -> tuple[Path, list[np.ndarray]]:
+    """Grey digits saved as colour: RGB PNGs and RGB JPEGs whose three channels are equal."""
+    rng = np.random.default_rng(3)
+    greys = [rng.integers(0, 256, (8, 8), np.uint8) for _ in range(4)]
+    for i, grey in enumerate(greys):
+        (root / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(grey).convert("RGB").save(root / "ab"[i % 2] / f"{i}.png")
+        Image.fromarray(grey).convert("RGB").save(root / "ab"[i % 2] / f"{i}.jpg", quality=75)
+    return root, greys
+
+
+def test_colour_files_with_equal_channels_become_grey_unless_channels_3(tmp_path):
+    source, greys = _grey_as_colour_folder(tmp_path / "digits")
+    for path in source.rglob("*.*"):
+        with Image.open(path) as image:
+            assert image.mode == "RGB", path
+    _, manifest, lines = prepare(source, "grey-jpegs", tmp_path / "data", test_fraction=0.5)
+    assert manifest["channels"] == 1 and manifest["modes"]["to"] == "L"
+    assert manifest["modes"]["grey_from_colour"] == 8
+    assert manifest["modes"]["rule"].startswith("grey: every colour image has three equal")
+    assert ("8 colour images have three equal channels everywhere: prepared as grey "
+            "(1 channel); --channels 3 keeps them in colour") in lines
+    found = _all_images(tmp_path / "data", "grey-jpegs")
+    assert found.shape == (8, 8, 8)
+    for grey in greys:  # each PNG exactly, its level kept (not a luma of a luma)
+        assert any(np.array_equal(image, grey) for image in found)
+    _, manifest, lines = prepare(source, "grey-jpegs-rgb", tmp_path / "data", channels=3,
+                                 test_fraction=0.5)
+    assert manifest["channels"] == 3 and manifest["modes"]["rule"] == "--channels"
+    assert manifest["modes"]["grey_from_colour"] == 0
+    assert not any("equal channels" in line for line in lines)
+    assert _all_images(tmp_path / "data", "grey-jpegs-rgb").shape == (8, 8, 8, 3)
+
+
+def test_one_pixel_off_grey_keeps_a_folder_in_colour_and_an_npz_is_checked_too(tmp_path):
+    source, greys = _grey_as_colour_folder(tmp_path / "digits")
+    off = np.repeat(greys[1][..., None], 3, axis=2)
+    off[7, 7, 2] ^= 1  # one channel of one pixel differs by one level
+    Image.fromarray(off).save(source / "b" / "1.png")
+    _, manifest, lines = prepare(source, "one-off", tmp_path / "data", test_fraction=0.5)
+    assert manifest["channels"] == 3 and manifest["modes"]["grey_from_colour"] == 0
+    assert manifest["modes"]["rule"] == f"colour: {source / 'b' / '1.png'} has channels that differ"
+    assert not any("equal channels" in line for line in lines)
+    images = np.repeat(np.stack(greys)[..., None], 3, axis=3)
+    _, manifest, _ = prepare(_npz(tmp_path / "grey.npz", [0, 1, 0, 1], images=images),
+                             "grey-npz", tmp_path / "data", test_fraction=0.5)
+    assert manifest["channels"] == 1 and manifest["modes"]["grey_from_colour"] == 4
+    assert sorted(image.tobytes() for image in _all_images(tmp_path / "data", "grey-npz")) == (
+        sorted(grey.tobytes() for grey in greys))
+    images[2, 0, 0, 0] ^= 1
+    _, manifest, _ = prepare(_npz(tmp_path / "colour.npz", [0, 1, 0, 1], images=images),
+                             "colour-npz", tmp_path / "data", test_fraction=0.5)
+    assert manifest["channels"] == 3
+    assert manifest["modes"]["rule"] == (f"colour: {tmp_path / 'colour.npz'}: image 2 has "
+                                         f"channels that differ")
+
+
+def test_cvae_data_takes_background_and_refuses_what_is_not_a_colour(tmp_path, capsys):
+    from cvae.cli.main import main
+
+    source = _transparent_folder(tmp_path / "icons")
+    assert main(["data", "--from", str(source), "--name", "icons-navy", "--background",
+                 "navy", "--test-fraction", "0.5", "--data-dir", str(tmp_path / "data")]) == 0
+    manifest = json.loads((tmp_path / "data" / "icons-navy" / prepared.MANIFEST).read_text())
+    assert manifest["background"]["rgb"] == [0, 0, 128]
+    capsys.readouterr()
+    for colour, message in (("nocolour", "--background 'nocolour': not a colour"),
+                            ("#00000080", "--background '#00000080': must be opaque")):
+        assert main(["data", "--from", str(source), "--name", "bad", "--background", colour,
+                     "--data-dir", str(tmp_path / "data")]) == 2
+        assert capsys.readouterr().err.startswith(f"cvae data: error: {message}")
+    assert not (tmp_path / "data" / "bad").exists()
 
 
 def _folder(root: Path, counts: dict[str, int], size=(4, 4)) -> Path:

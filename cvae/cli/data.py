@@ -38,7 +38,11 @@ def add_data_flags(data: argparse.ArgumentParser) -> None:
     own.add_argument("--image-size", type=parse_image_size, metavar="N|HxW",
                      help="resize every image to this (default: the most common size)")
     own.add_argument("--channels", type=int, choices=(1, 3),
-                     help="1 grey, 3 colour (default: 3 if any image is in colour)")
+                     help="1 grey, 3 colour (default: from the pixels: colour if any image has "
+                          "channels that differ anywhere, else grey)")
+    own.add_argument("--background", default="white", metavar="COLOUR",
+                     help="what transparent pixels are composited onto: a colour name (white, "
+                          "black, grey, ...) or #rrggbb (default white)")
     own.add_argument("--skip-bad", action="store_true",
                      help="leave out files that are not images or do not decode, and list them")
     own.add_argument("--test-fraction", type=bounded(float, 0, 1, low_open=True),
@@ -62,6 +66,6 @@ def cmd_data(args) -> int:
     if args.dataset is not None or args.name is None:
         raise DataError("--from PATH takes --name NAME (not --dataset, which names a built-in)")
     prepare_own(args.source_path, args.name, args.data_dir, image_size=args.image_size,
-                channels=args.channels, skip_bad=args.skip_bad,
+                channels=args.channels, background=args.background, skip_bad=args.skip_bad,
                 test_fraction=args.test_fraction, seed=args.seed)
     return 0

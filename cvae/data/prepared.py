@@ -6,8 +6,9 @@
   spec's `stored_shape`, as the built-in datasets' IDX files hold them;
 - `train_labels.npy`, `test_labels.npy`: int32[N], indices into the manifest's `class_names`;
 - `manifest.json`: where the images came from, the classes and their counts, the shape, the
-  split, the resizing and mode conversions, the files left out, and `sha256`, the SHA-256 of
-  the four files and the class names.
+  split, the resizing and mode conversions (and the rule that chose grey or colour), the
+  background transparency was composited onto and how many images had any, the files left
+  out, and `sha256`, the SHA-256 of the four files and the class names.
 
 .npy rather than IDX: it holds colour and label counts past 255, and a preallocated
 `np.lib.format.open_memmap` is written one image at a time. The manifest becomes the dataset's
