@@ -2,7 +2,7 @@
 BENCHMARKS.md.
 
     python -m bench.run [--quick] [--data-dir data] [--checkpoint-dir checkpoints] [--out FILE]
-                        [--no-service] [--no-distributed]
+                        [--no-service] [--no-distributed] [--no-startup]
 
 `--quick` is a smoke run (tiny model, synthetic data, ~1 min); its numbers mean nothing.
 BENCHMARKS.md opens with the machine (bench/machine.py: CPU, ISA, cores, JAX, a GEMM rate
@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import bench_classify, bench_distributed, bench_prepare, bench_train
+from bench import (bench_classify, bench_distributed, bench_prepare, bench_startup,
+                   bench_train)
 from bench.machine import gemm_gflops, measured_machine
 from bench.machine import markdown as machine_markdown
 from bench.rounds import RATIO_RULE
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-service", action="store_true", help="skip the service benchmark")
     parser.add_argument("--no-distributed", action="store_true",
                         help="skip the multi-process training benchmark")
+    parser.add_argument("--no-startup", action="store_true",
+                        help="skip the start-up benchmark (bench/bench_startup.py)")
     args = parser.parse_args(argv)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()
@@ -206,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         target = args.checkpoint_dir if has_checkpoint(args.checkpoint_dir) else workdir
         log(f"export benchmark (bench/bench_export.py) against {target}")
         export = export_bench(target, args.quick, machine.tag)
+        if args.no_startup:
+            startup = "_Skipped: --no-startup._"
+        else:
+            log(f"start-up benchmark (bench/bench_startup.py) against {target} and a conv model")
+            startup = bench_startup.markdown(bench_startup.measure(
+                target, args.data_dir, rounds=1 if args.quick else 3, quick=args.quick),
+                machine.tag)
     if args.no_distributed:
         distributed = "_Skipped: --no-distributed._\n"
     else:
@@ -230,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     text = (header + "\n## Machine\n\n" + machine_markdown(machine) + "\n\n" + READING
             + "\n\n## Training\n\n" + training_markdown(results, machine.tag)
             + "\n\n## Multi-process training\n\n" + distributed + "\n## Service\n\n"
-            + service + "\n\n## Export: ONNX Runtime against the JAX sampler\n\n" + export
+            + service + "\n\n## Start-up\n\n" + startup
+            + "\n\n## Export: ONNX Runtime against the JAX sampler\n\n" + export
             + "\n\n## Preparing your own images\n\n" + prepare + "\n")
     text += "\n## Targets, and where we fall short\n\n" + shortfalls(results, machine.tag) + "\n"
     Path(args.out).write_text(text)

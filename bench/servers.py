@@ -65,11 +65,12 @@ def settle(pid: int, idle_share: float = 0.1, interval: float = 0.2,
 
 @contextlib.contextmanager
 def running(command: list[str], port: int, workers: int, env: dict | None = None,
-            timeout: float = 300.0):
+            timeout: float = 300.0, stdout=subprocess.DEVNULL):
     """Runs a server `command` (its own process group) that listens on 127.0.0.1:`port`;
-    yields its pid once /readyz has answered from `workers` different worker processes."""
+    yields its pid once /readyz has answered from `workers` different worker processes.
+    `stdout`: where its output goes (both streams; default nowhere)."""
     process = subprocess.Popen(command, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=stdout, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout
         seen: set[int] = set()

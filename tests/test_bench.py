@@ -25,12 +25,13 @@ def test_bench_quick_runs_and_writes_markdown(tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--no-service", "--no-distributed",
-         "--data-dir", str(tmp_path / "no-data"), "--checkpoint-dir", str(tmp_path / "none"),
-         "--out", str(out), "--json", str(raw)],
+         "--no-startup", "--data-dir", str(tmp_path / "no-data"),
+         "--checkpoint-dir", str(tmp_path / "none"), "--out", str(out), "--json", str(raw)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     text = out.read_text()
     for heading in ("## Machine", "## Training", "## Multi-process training", "## Service",
+                    "## Start-up",
                     "## Export: ONNX Runtime against the JAX sampler",
                     "## Targets, and where we fall short"):
         assert heading in text
