@@ -112,7 +112,8 @@ def load(directory: Path, step: int, truncation: float | None = None, *,
     version = step_version(directory, step)
     if version is None:
         raise FileNotFoundError(f"step {step} vanished")
-    sampler = open_sampler(directory, step, truncation=truncation, first_only=first_only)
+    sampler = open_sampler(directory, step, truncation=truncation,
+                           check="first" if first_only else "all")
     sampler.warm_up()
     if not sampler.blocks_unchecked:
         log_blocks(sampler)

@@ -59,7 +59,7 @@ def test_no_size_passing_decodes_row_by_row():
 
 def test_a_sampler_checked_at_one_size_draws_the_bits_of_one_checked_at_all(trained_run):
     """`cvae sample` and a starting server check one size; the bits are those of every size."""
-    quick = load_sampler(trained_run.directory, first_only=True)
+    quick = load_sampler(trained_run.directory, check="first")
     full = load_sampler(trained_run.directory)
     assert len(quick.block_sizes) == 1 and quick.blocks_unchecked
     assert quick.kernel_signature == full.kernel_signature
@@ -68,6 +68,8 @@ def test_a_sampler_checked_at_one_size_draws_the_bits_of_one_checked_at_all(trai
     expected = full.decode(noise, labels)  # 256 + 64 rows, or however this CPU's sizes cut it
     np.testing.assert_array_equal(quick.decode(noise, labels).view(np.uint32),
                                   expected.view(np.uint32))
+    drawing = load_sampler(trained_run.directory, check="drawing")  # `cvae sample`'s
+    assert drawing.sample_png(None, 30, 5) == full.sample_png(None, 30, 5)
     quick.check_remaining_blocks()
     assert (quick.block_sizes, quick.dropped_blocks, quick.blocks_unchecked) == (
         full.block_sizes, full.dropped_blocks, ())

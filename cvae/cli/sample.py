@@ -50,9 +50,9 @@ def cmd_sample(args) -> int:
 
     check_exported(args.checkpoint_dir)
     use_cache(args.checkpoint_dir, args.compilation_cache)
-    # One block size checked: the grid's bits are those of every size a server keeps.
+    # One block size, decode only: the grid's bits are those of every size a server keeps.
     sampler = open_sampler(args.checkpoint_dir, args.step, truncation=args.truncation,
-                           first_only=True)
+                           check="drawing")
     digit = args.digit if args.label is None else sampler.class_index(args.label)
     images = sampler.sample_images(digit, args.n, args.seed, temperature=args.temperature)
     shape = spec_of(sampler.config.data.dataset).stored_shape

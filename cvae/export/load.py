@@ -42,7 +42,7 @@ def load_export(folder: str | Path) -> ExportedModel:
 
 
 def load_exported_sampler(folder: str | Path, block_rows: int | None = None, *,
-                          truncation: float | None = None, first_only: bool = False):
+                          truncation: float | None = None, check: str = "all"):
     """`cvae.sampling.sampler.load_sampler` for an exported folder: blocks verified here."""
     from cvae.model.registry import create_model
     from cvae.sampling.sampler import create_sampler
@@ -51,7 +51,7 @@ def load_exported_sampler(folder: str | Path, block_rows: int | None = None, *,
     config = exported.config.drawn_at(truncation)
     sampler = create_sampler(create_model(config), config, exported.variables,
                              step=exported.step, block_rows=block_rows)
-    sampler.check_blocks(first_only=first_only)
+    sampler.check_blocks(check)
     return sampler
 
 
@@ -62,16 +62,16 @@ def exported_step(folder: str | Path) -> int:
 
 
 def open_sampler(path: str | Path, step=None, block_rows: int | None = None, *,
-                 truncation: float | None = None, first_only: bool = False):
+                 truncation: float | None = None, check: str = "all"):
     """A sampler for a checkpoint directory (its newest step, or the one `step` chooses:
     `cvae.model.store.StepChoice`) or an exported folder (its one step, which is also its
     latest and best; another step number is StepNotFound), drawing at `truncation` (None: the
-    run's own; `Config.drawn_at`), its block sizes checked up to the first kept one when
-    `first_only` (`Sampler.check_blocks`)."""
+    run's own; `Config.drawn_at`), its block sizes checked as `check` says
+    (`Sampler.check_blocks`)."""
     if not is_export(path):
         from cvae.sampling.sampler import load_sampler
 
-        return load_sampler(path, step, block_rows, truncation=truncation, first_only=first_only)
+        return load_sampler(path, step, block_rows, truncation=truncation, check=check)
     if isinstance(step, int) and step != exported_step(path):
         raise StepNotFound(path, step, [exported_step(path)])
-    return load_exported_sampler(path, block_rows, truncation=truncation, first_only=first_only)
+    return load_exported_sampler(path, block_rows, truncation=truncation, check=check)

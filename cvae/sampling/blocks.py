@@ -33,6 +33,9 @@ import numpy as np
 # `block_check` verifies wherever the sampler runs.
 DECODE_BLOCKS = (64, 128, 256, 512, 1024)
 ROW_BY_ROW = (1,)  # the fallback when no block size keeps a row's bits at every position
+# What a sampler checks when it loads (`Sampler.check_blocks`): every size and function, the
+# first size kept and every function (a server, the rest later), the first size and decode only.
+CHECKS = ("all", "first", "drawing")
 _CALL_COST_ROWS = 8  # one more device call costs about as much as decoding 8 more rows
 _TEST_ROWS = 3  # distinct rows each block size is checked with, labelled 0, 1, 2 (mod classes)
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cvae.model import prior as prior_lib
-from cvae.sampling.blocks import (DECODE_BLOCKS, ROW_BY_ROW, BlockCheck, block_check,
+from cvae.sampling.blocks import (CHECKS, DECODE_BLOCKS, ROW_BY_ROW, BlockCheck, block_check,
                                   check_remaining, classify_probes, plan_blocks, sampler_probes)
 from cvae.config.sections import Config, ConfigError
 from cvae.data.class_names import label_index
@@ -267,7 +267,7 @@ class Sampler:
         out = self._in_blocks(self.classify_fn, x, sizes=self.classify_block_sizes)
         return out[0] if out else np.zeros((0, len(self.classes)), np.float32)
 
-    def check_blocks(self, *, first_only: bool = False) -> tuple[int, ...]:
+    def check_blocks(self, check: str = "all") -> tuple[int, ...]:
         """Keep only the block sizes in which every row position gives a row the same bits.
 
         A row of a request may land at any position of any block size, next to any other
@@ -283,23 +283,27 @@ class Sampler:
         keep stays for drawing. Compiles every size it checks (so it doubles as the warm-up);
         returns the drawing sizes dropped.
 
-        first_only: check only up to the first size kept and leave the larger ones for
-        `check_remaining_blocks` (the service answers once one size is compiled and checks the
-        rest in the background). Rows decode to the same bits either way: every size added
-        later gives the bits of the first.
+        check (`CHECKS`): `all` sizes; the `first` size kept, every function, leaving the
+        larger sizes to `check_remaining_blocks` (a server answers once one size is compiled
+        and checks the rest in the background); or only `drawing`: the first size, `decode`
+        alone (`cvae sample`, which draws and nothing else). Rows decode to the same bits
+        whichever: every size added later gives the bits of the first.
         """
-        outcome = block_check(sampler_probes(self), self.variables, self.block_sizes,
-                              first_only=first_only)
-        reading = classify_probes(self)
+        if check not in CHECKS:
+            raise ValueError(f"check={check!r}: one of {', '.join(CHECKS)}")
+        probes = sampler_probes(self)
+        outcome = block_check(probes[:1] if check == "drawing" else probes, self.variables,
+                              self.block_sizes, first_only=check != "all")
+        reading = [] if check == "drawing" else classify_probes(self)
         read = (block_check(reading, self.variables, self.classify_block_sizes,
-                            first_only=first_only) if reading else None)
+                            first_only=check != "all") if reading else None)
         self._use_checks(outcome, read)
         return outcome.dropped
 
     def check_remaining_blocks(self) -> tuple[int, ...]:
-        """Check the sizes `check_blocks(first_only=True)` left, adding those that keep the
-        first size's bits; returns the drawing sizes dropped. The kept sizes grow in place
-        (one assignment, so a decode running meanwhile plans with the old or the new ones)."""
+        """Check the sizes `check_blocks("first")` left, adding those that keep the first
+        size's bits; returns the drawing sizes dropped. The kept sizes grow in place (one
+        assignment, so a decode running meanwhile plans with the old or the new ones)."""
         drawing, reading = self._checks
         outcome = check_remaining(sampler_probes(self), self.variables, drawing)
         read = (check_remaining(classify_probes(self), self.variables, reading)
@@ -309,7 +313,7 @@ class Sampler:
 
     @property
     def blocks_unchecked(self) -> tuple[int, ...]:
-        """The sizes, drawing's or reading's, that `check_blocks(first_only=True)` left for
+        """The sizes, drawing's or reading's, that `check_blocks("first")` left for
         `check_remaining_blocks` (not decoded with until then)."""
         checks = [check for check in self._checks or () if check is not None]
         return tuple(sorted({size for check in checks for size in check.unchecked}))
@@ -348,19 +352,19 @@ class Sampler:
 
 
 def load_sampler(checkpoint_dir, step=None, block_rows: int | None = None, *,
-                 truncation: float | None = None, first_only: bool = False) -> Sampler:
+                 truncation: float | None = None, check: str = "all") -> Sampler:
     """A sampler for the latest (or chosen: `cvae.model.store.StepChoice`) checkpoint, using EMA
     weights when the run kept them,
     its block sizes verified on this machine (`Sampler.check_blocks`, which also compiles them):
     what `cvae sample`, the service and the tests use. `truncation`: `Config.drawn_at`;
-    `first_only`: check sizes up to the first kept one (`Sampler.check_blocks`)."""
+    `check`: which sizes and functions `Sampler.check_blocks` checks now."""
     from cvae.model.store import load_trained_model  # Orbax: imported here, when first needed
 
     trained = load_trained_model(checkpoint_dir, step)
     config = trained.config.drawn_at(truncation)
     sampler = create_sampler(create_model(config), config, trained.variables,
                              step=trained.step, block_rows=block_rows)
-    sampler.check_blocks(first_only=first_only)
+    sampler.check_blocks(check)
     return sampler
 
 
