@@ -11,6 +11,10 @@
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+# The user has no home: compiled programs are kept in /tmp, seeded from the export's own
+# (compiled-programs.zip; docs/service-startup.md). Mount a volume there to keep them across
+# restarts of the container.
+ENV CVAE_COMPILATION_CACHE=/tmp/cvae-xla
 WORKDIR /app
 COPY pyproject.toml README.md LICENSE ./
 COPY cvae ./cvae

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import threading
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 ENV = "CVAE_COMPILATION_CACHE"  # a directory, or "off"
 OFF = "off"
@@ -52,14 +55,25 @@ def cache_directory(choice: str | None) -> Path | None:
 
 def enable(directory: Path | None) -> Path | None:
     """Compile through the cache in `directory` from now on (None: compile everything); returns
-    `directory`. Call it before the process compiles anything: JAX opens its cache at the
-    first compile."""
+    `directory`, or None where it cannot be written (a warning says so: the process still
+    works, only compiles more). Call it before the process compiles anything: JAX opens its
+    cache at the first compile."""
     import jax
 
     if directory is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return None
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:  # a home that does not exist, a read-only file system
+        log.warning("compilation cache %s is not writable (%s): compiling every program; "
+                    "--compilation-cache DIR names another", directory,
+                    error.strerror or error)
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
     for name, value in CACHE_SETTINGS.items():
         jax.config.update(name.lower(), value)
