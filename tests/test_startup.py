@@ -128,3 +128,19 @@ def test_the_flag_wins_over_the_environment_and_off_turns_the_cache_off(monkeypa
     assert cache_directory("off") is None
     assert str(cache_directory(None)) == "/somewhere"
     assert str(cache_directory("/elsewhere")) == "/elsewhere"
+
+
+def test_a_cache_that_cannot_be_written_is_a_warning_not_a_failed_start(trained_run, tmp_path):
+    """As in a container whose user has no home: `cvae sample` still draws, compiling all."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "grid.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "cvae.cli", "sample", "--checkpoint-dir",
+         str(trained_run.directory), "--digit", "7", "--n", "4", "--seed", "3", "--out",
+         str(out), "--compilation-cache", "/proc/no-such-cache"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "compilation cache /proc/no-such-cache is not writable" in result.stderr
+    assert out.read_bytes() == load_sampler(trained_run.directory).sample_png(7, 4, 3)
