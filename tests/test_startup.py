@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import time
 
 import httpx
@@ -96,16 +97,16 @@ def test_a_service_answers_after_one_size_and_its_watcher_checks_the_rest(traine
     assert first.headers["etag"] == second.headers["etag"]
 
 
-def test_an_export_carries_the_programs_a_start_compiles(trained_run, tmp_path):
+def test_an_export_carries_the_programs_a_start_compiles(exported, trained_run, tmp_path):
     """A server started on the export with an empty cache compiles nothing, and draws the bytes
-    the sampler draws; the zip is in the manifest like every file."""
-    from cvae.export.manifest import read_manifest
-    from cvae.export.run import export_checkpoint
+    the sampler draws; the zip is in the manifest like every file. (The session's export of
+    the `trained_run`, copied, and given its programs as `cvae export` gives them.)"""
+    from cvae.export.compiled import carry
+    from cvae.export.manifest import read_manifest, verify_folder
 
-    folder = tmp_path / "exported"
-    export_checkpoint(trained_run.directory, folder, log=lambda message: None,
-                      compiled_programs=True)
-    assert COMPILED in read_manifest(folder)["files"]
+    folder = shutil.copytree(exported("standard"), tmp_path / "exported")
+    manifest = carry(folder, read_manifest(folder))
+    assert COMPILED in manifest["files"] and verify_folder(folder) == manifest
     cache = tmp_path / "cache"
     with cvae_server(folder, tmp_path / "server.log", "--compilation-cache",
                      str(cache)) as server:

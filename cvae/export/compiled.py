@@ -13,7 +13,7 @@ the entries and compiles the programs itself.
 
 Synopsis:
 
-    pack(folder)                       # cvae export: compiled-programs.zip (seconds)
+    manifest = carry(folder, manifest)  # cvae export: compiled-programs.zip, in the manifest
     use_cache(folder, None)            # cvae serve/sample: cache on, the entries it lacks
 """
 
@@ -47,6 +47,16 @@ def pack(folder: Path) -> Path:
             for entry in sorted(Path(cache).glob(f"*{ENTRY_SUFFIX}")):
                 archive.write(entry, entry.name)
     return path
+
+
+def carry(folder: Path, manifest: dict) -> dict:
+    """`pack` into a finished export `folder`, and its manifest written again to list the zip;
+    returns the new manifest."""
+    from cvae.export.manifest import FORMAT_KEYS, write_manifest
+
+    pack(folder)
+    return write_manifest(folder, {key: value for key, value in manifest.items()
+                                   if key not in FORMAT_KEYS})
 
 
 def unpack(folder: Path, cache: Path) -> int:

@@ -20,6 +20,7 @@ from cvae.errors import CheckpointError
 MANIFEST = "manifest.json"
 FORMAT = "cvae-export"
 FORMAT_VERSION = 1
+FORMAT_KEYS = ("format", "format_version", "files")  # what `write_manifest` adds to its info
 
 
 def is_export(path: str | Path) -> bool:

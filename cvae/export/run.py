@@ -63,10 +63,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out: str | Path, *, force: boo
                                 run_config=checkpoint.config)
         if compiled_programs:
             log("exporting: the programs a start compiles on this machine")
-            compiled.pack(staging)
-            manifest = write_manifest(staging, {key: value for key, value in manifest.items()
-                                                if key not in ("format", "format_version",
-                                                               "files")})
+            manifest = compiled.carry(staging, manifest)
         move_into(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
