@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from cvae.config.settings import setting
-from cvae.model import densities
+from cvae.model import densities, objectives
 from cvae.model.interface import Family, Terms, sampled_terms
 
 
@@ -81,7 +81,7 @@ class Toy(Family):
 
     def reconstruct(self, images, labels):
         mean, logvar = self.encode(images, labels)
-        neg_elbo = densities.reconstruction(self.decode(mean, labels), images,
-                                            self.likelihood,
+        log_px = -densities.reconstruction(self.decode(mean, labels), images, self.likelihood,
                                            channels=self.data.channels)
-        return mean, logvar, neg_elbo + densities.kl_per_dimension(mean, logvar).sum(-1)
+        return mean, logvar, objectives.negative_elbo(
+            log_px, densities.kl_per_dimension(mean, logvar), jnp.zeros_like(log_px))

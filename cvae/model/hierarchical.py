@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from cvae.config.settings import setting
-from cvae.model import densities
+from cvae.model import densities, objectives
 from cvae.model.interface import Family, Terms
 from cvae.model.layers import soft_clamp
 
@@ -271,8 +271,7 @@ class Hierarchical(Family):
         log_pz = sum((densities.gaussian_log_density(per_row(g.z), per_row(g.p_mean),
                                                      per_row(g.p_logvar)) for g in lower),
                      log_p_top)
-        kls = [per_row(densities.gaussian_kl((g.q_mean, g.q_logvar), (g.p_mean, g.p_logvar)))
-               for g in groups]
+        kls = _group_kls(groups, lead)
         if sampling_prior or self.prior.learned:  # the code's KL sampled
             closed = (jnp.concatenate(kls[1:], axis=-1) if len(kls) > 1
                       else jnp.zeros(log_px.shape + (0,), log_px.dtype))
@@ -325,16 +324,25 @@ class Hierarchical(Family):
         return self._prior_path(code, self.onehot(labels), eps)
 
     def reconstruct(self, images, labels):
-        """(code mean, code logvar, -ELBO at every group's posterior mean)."""
+        """(code mean, code logvar, -ELBO at every group's posterior mean): each group's KL
+        in closed form, the code's against N(0, I) whatever the prior, summed over the groups'
+        dimensions as training sums them (`objectives.negative_elbo`)."""
         zeros = jnp.zeros((1, images.shape[0], self.noise_dim), images.dtype)
         outputs, groups, lead = self._pass(images, labels, zeros, given=False)
-        kl = sum(densities.gaussian_kl((g.q_mean, g.q_logvar), (g.p_mean, g.p_logvar)
-                                       ).reshape(*lead, -1).sum(-1) for g in groups)
-        neg_elbo = densities.reconstruction(outputs, images, self.likelihood,
-                                           channels=self.data.channels) + kl
+        log_px = -densities.reconstruction(outputs, images, self.likelihood,
+                                           channels=self.data.channels)
+        neg_elbo = objectives.negative_elbo(
+            log_px, jnp.concatenate(_group_kls(groups, lead), axis=-1), jnp.zeros_like(log_px))
         code = groups[0]
         return (code.q_mean.reshape(images.shape[0], -1),
                 code.q_logvar.reshape(images.shape[0], -1), neg_elbo[0])
+
+
+def _group_kls(groups, lead: tuple) -> list[jax.Array]:
+    """Each group's closed-form KL(q || p), f32[..., B, h * w * c] (`lead` the leading shape),
+    the code's first (its p is N(0, I))."""
+    return [densities.gaussian_kl((g.q_mean, g.q_logvar), (g.p_mean, g.p_logvar)
+                                  ).reshape(*lead, -1) for g in groups]
 
 
 def _flat_outputs(maps: jax.Array, likelihood, channels: int) -> jax.Array:

@@ -16,7 +16,8 @@ answers:
   from the given unit-normal noise f32[K, B, noise_dim]; `score(images, labels, z, ...)` the
   same for given draws z (DReG evaluates fixed draws with it); `draws(images, labels, noise)`
   the draws z themselves, f32[K, B, noise_dim];
-- `reconstruct(images, labels)` -> (code mean, code logvar, -ELBO at the posterior means);
+- `reconstruct(images, labels)` -> (code mean, code logvar, -ELBO at the posterior means,
+  its KL in closed form, through `objectives.negative_elbo`);
 - `classify(images)` -> q(y | x)'s logits, where the run learns one (`--labels N`).
 
 Every objective (cvae/model/objectives.py) is written on `Terms` alone. The prior p(z | y) over

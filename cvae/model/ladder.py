@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from cvae.config.components import LikelihoodSection
 from cvae.config.settings import setting
 from cvae.data.specs import DatasetSpec
-from cvae.model import densities
+from cvae.model import densities, objectives
 from cvae.model.interface import Family, Terms
 from cvae.model.layers import (ACTIVATION_FNS, after_dense, check_conv_shape, image_features,
                                output_width, pixel_logits, soft_clamp)
@@ -263,8 +263,7 @@ class Ladder(Family):
         log_p_top = self.log_prior(top.z, labels, sampling=sampling_prior)
         log_qz = sum(log_q)
         log_pz = sum(log_p_lower, log_p_top)
-        kls = [densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar))
-               for t in layers]
+        kls = _layer_kls(layers)
         if sampling_prior or self.prior.learned:  # the top layer's KL sampled
             return Terms(log_px, log_pz, log_qz, self.join(kls[:-1]), log_q[-1] - log_p_top)
         return Terms(log_px, log_pz, log_qz, self.join(kls), jnp.zeros_like(log_px))
@@ -298,12 +297,21 @@ class Ladder(Family):
         return self._decode_all(self._prior_path(z_top, onehot, eps), onehot)
 
     def reconstruct(self, images, labels):
-        """(top mean, top logvar, -ELBO at every layer's posterior mean)."""
+        """(top mean, top logvar, -ELBO at every layer's posterior mean): each layer's KL in
+        closed form, the top layer's against N(0, I) whatever the prior, summed over the
+        layers' dimensions as training sums them (`objectives.negative_elbo`)."""
         zeros = jnp.zeros((1,) + images.shape[:1] + (self.noise_dim,), images.dtype)
         logits, layers = self._pass(images, labels, zeros, train=False)
-        kl = sum(densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar)).sum(-1)
-                 for t in layers)
-        neg_elbo = densities.reconstruction(logits, images, self.likelihood,
-                                           channels=self.data.channels) + kl
+        log_px = -densities.reconstruction(logits, images, self.likelihood,
+                                           channels=self.data.channels)
+        neg_elbo = objectives.negative_elbo(log_px, self.join(_layer_kls(layers)),
+                                            jnp.zeros_like(log_px))
         top = layers[-1]
         return top.q_mean[0], top.q_logvar[0], neg_elbo[0]
+
+
+def _layer_kls(layers) -> list[jax.Array]:
+    """Each layer's closed-form KL(q || p) per dimension, bottom first (the top layer's p is
+    N(0, I))."""
+    return [densities.gaussian_kl((t.q_mean, t.q_logvar), (t.p_mean, t.p_logvar))
+            for t in layers]

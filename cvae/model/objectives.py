@@ -55,11 +55,26 @@ def iwae_bound(log_w: jax.Array, *, samples: int | None = None) -> jax.Array:
     return jax.nn.logsumexp(log_w, axis=0) - jnp.log(float(samples or log_w.shape[0]))
 
 
+def elbo_terms(log_px: jax.Array, kl_dims: jax.Array,
+               kl_rest: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The ELBO's two terms, f32[...] each: (-log p(x|z,y), the KL), the KL the closed-form
+    dimensions' `kl_dims` f32[..., Da] summed plus the rest's estimate `kl_rest` (`Terms`'
+    fields). The one place the ELBO is written: training, validation and `cvae eval` read it
+    through `first_draw_elbo`, each family's `reconstruct` through `negative_elbo`."""
+    return -log_px, kl_dims.sum(axis=-1) + kl_rest
+
+
 def first_draw_elbo(terms: Terms) -> tuple[jax.Array, jax.Array]:
-    """(-log p(x|z,y), the KL) of the first draw, f32[B] each: the ELBO's two terms, its KL
-    the closed-form dimensions' summed plus the rest's estimate."""
+    """(-log p(x|z,y), the KL) of the first draw, f32[B] each: `elbo_terms` of `terms[0]`."""
     first = jax.tree.map(lambda a: a[0], terms)
-    return -first.log_px, first.kl_dims.sum(axis=-1) + first.kl_rest
+    return elbo_terms(first.log_px, first.kl_dims, first.kl_rest)
+
+
+def negative_elbo(log_px: jax.Array, kl_dims: jax.Array, kl_rest: jax.Array) -> jax.Array:
+    """-ELBO = reconstruction + KL, f32[...], of `elbo_terms`' two terms (what a family's
+    `reconstruct` gives at the posterior mean)."""
+    reconstruction, kl = elbo_terms(log_px, kl_dims, kl_rest)
+    return reconstruction + kl
 
 
 def normalized_weights(log_w: jax.Array) -> jax.Array:
