@@ -182,13 +182,12 @@ def test_export_refuses_an_unfinished_checkpoint(tmp_path, trained_run):
 
 
 def test_export_refuses_a_non_empty_out_without_force(tmp_path, trained_run):
+    """(What `--force` then does, a whole `cvae export` into a non-empty folder that keeps the
+    folder's own files, is tests/test_export_card.py's model-index test: one export
+    subprocess for both.)"""
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     one_line_error(cvae("export", "--checkpoint-dir", trained_run.directory, "--out", out),
                    "is not empty", "--force")
-    result = cvae("export", "--checkpoint-dir", trained_run.directory, "--out", out, "--force")
-    assert result.returncode == 0, result.stderr
-    assert "StableHLO bit-identical" in result.stdout
-    assert (out / "notes.txt").read_text() == "mine"  # only the export's files are replaced
-    assert load_export(out).step == max(trained_run.steps)
+    assert {p.name for p in out.iterdir()} == {"notes.txt"}

@@ -18,6 +18,7 @@ from huggingface_hub import ModelCard
 
 from cvae.config import presets
 from cvae.export.card import eval_metrics, train_command
+from cvae.export.load import load_export
 from cvae.model.store import read_record
 
 pytestmark = pytest.mark.slow
@@ -54,10 +55,17 @@ def test_the_metrics_of_cvae_eval_go_into_model_index(export_runs, data_dir, tmp
          "--iwae-k-marginal", "0", "--test-limit", "32"],
         capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    # Into a folder that holds a file of its own, with --force (tests/test_export.py's refusal
+    # without it): only the export's files are replaced.
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "notes.txt").write_text("mine")
     exported = subprocess.run(
         [sys.executable, "-m", "cvae.cli", "export", "--checkpoint-dir", run, "--out",
-         tmp_path / "model"], capture_output=True, text=True, timeout=600)
+         tmp_path / "model", "--force"], capture_output=True, text=True, timeout=600)
     assert exported.returncode == 0, exported.stderr[-2000:]
+    assert "StableHLO bit-identical" in exported.stdout
+    assert (tmp_path / "model" / "notes.txt").read_text() == "mine"
+    assert load_export(tmp_path / "model").step == max(export_runs("few-labels").steps)
     results = json.loads((run / "eval.json").read_text())
     card = ModelCard((tmp_path / "model" / "README.md").read_text())
     found = {(r.metric_type, r.metric_name): r.metric_value for r in card.data.eval_results}
