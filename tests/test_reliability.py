@@ -1,5 +1,6 @@
 """Training survives kills, signals and a full disk without losing work."""
 
+import json
 import os
 import random
 import signal
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from trees import tree_equal
 
@@ -64,9 +66,9 @@ def kill_repeatedly(command, directory, seed: int, max_kills: int = 4,
 @pytest.mark.determinism
 def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_dir, reference,
                                                                           tmp_path):
-    """Up to 4 SIGKILLs, each at a seeded random moment soon after the run writes something new
-    in its checkpoint directory, so that kills land inside saves and between steps."""
-    kills = kill_repeatedly(train_command(data_dir, tmp_path), tmp_path, seed=1234)
+    """3 SIGKILLs, each at a seeded random moment soon after the run writes something new in
+    its checkpoint directory, so that kills land inside saves and between steps."""
+    kills = kill_repeatedly(train_command(data_dir, tmp_path), tmp_path, seed=1234, max_kills=3)
     result = subprocess.run(train_command(data_dir, tmp_path), capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -77,23 +79,33 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_parameters(data_d
     assert tree_equal(final.state.opt_state, reference.state.opt_state)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_finishes_the_chunk_saves_and_exits_zero(data_dir, reference, tmp_path, signum):
-    process = subprocess.Popen(train_command(data_dir, tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "metrics.jsonl").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)  # wait until training is under way (first epoch done)
+def stop_by_signal(command, directory, signum, after_lines: int) -> int:
+    """Start `command`, send `signum` once metrics.jsonl has more than `after_lines` lines (an
+    epoch done since then), check the one stop line and exit 0; returns the saved step."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = directory / "metrics.jsonl", time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) > after_lines
+               ) and time.monotonic() < deadline:
+        time.sleep(0.1)  # wait until training is under way (an epoch done)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr[-2000:]
     message = [line for line in stderr.splitlines() if "stopped at step" in line]
     assert len(message) == 1 and f"interrupted by {signal.Signals(signum).name}" in message[0]
     assert "resume with the same command" in message[0]
-    stopped = load_checkpoint(tmp_path)
-    assert 16 <= stopped.step < 96 and stopped.step % 4 == 0
-    resumed = subprocess.run(train_command(data_dir, tmp_path), capture_output=True, text=True,
-                             timeout=300)
+    return load_checkpoint(directory).step
+
+
+def test_signal_finishes_the_chunk_saves_and_exits_zero(data_dir, reference, tmp_path):
+    """SIGTERM, then SIGINT to the run that resumed from it (one run for both signals: each
+    stops it between chunks, saves and exits 0); the last resume ends on the reference."""
+    command = train_command(data_dir, tmp_path)
+    first = stop_by_signal(command, tmp_path, signal.SIGTERM, after_lines=0)
+    assert 16 <= first < 96 and first % 4 == 0
+    lines = len((tmp_path / "metrics.jsonl").read_text().splitlines())
+    second = stop_by_signal(command, tmp_path, signal.SIGINT, after_lines=lines)
+    assert first < second < 96 and second % 4 == 0
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert tree_equal(load_checkpoint(tmp_path).state.params, reference.state.params)
 
@@ -138,17 +150,21 @@ def test_disk_full_during_save_says_so_and_keeps_the_previous_checkpoint(data_di
     assert not list(checkpoint_dir.glob("*orbax-checkpoint-tmp*"))  # the partial save is gone
 
 
-# Two epochs (32 steps): room for a kill after the first save and a resume from it.
+# Two epochs (32 steps): room for a kill after the first save and a resume from it. The KL
+# warm-up (linear over 6 steps) puts the step's KL weight in what a resume must restore.
 LEVER_FLAGS = ["--model", "ladder", "--stochastic-layers", "2", "--upper-latent-dim", "2",
                "--objective", "dreg", "--importance-samples", "3", "--prior", "learned_mixture",
-               "--prior-components", "3", "--epochs", "2"]
+               "--prior-components", "3", "--epochs", "2", "--kl-schedule", "linear",
+               "--kl-warmup-steps", "6"]
 
 
 @pytest.mark.determinism
 def test_a_model_lever_run_resumes_exactly_after_sigkill(data_dir, tmp_path):
     """The model levers keep exact resume, all at once: a two-layer ladder trained with DReG
-    (K = 3) under a learned mixture prior (the noise from the step's key, the prior in the
-    params and written into the state)."""
+    (K = 3) under a learned mixture prior, its KL warmed up (the noise from the step's key, the
+    prior in the params and written into the state, over the top layer's codes). (This is also
+    the ladder's `cvae train` with DReG and a learned prior resuming exactly, which
+    tests/test_ladder.py checked on a run of its own.)"""
     reference_dir, killed_dir = tmp_path / "reference", tmp_path / "killed"
     result = subprocess.run(train_command(data_dir, reference_dir, *LEVER_FLAGS),
                             capture_output=True, text=True, timeout=300)
@@ -164,4 +180,10 @@ def test_a_model_lever_run_resumes_exactly_after_sigkill(data_dir, tmp_path):
     reference, final = load_checkpoint(reference_dir), load_checkpoint(killed_dir)
     assert final.step == reference.step == 32
     assert tree_equal(final.state.params, reference.state.params)
+    assert tree_equal(final.state.opt_state, reference.state.opt_state)
+    # The learned prior, written where the fitted one is: a mixture over the top layer (2 wide).
+    assert final.state.prior["mixture"]["means"].shape == (10, 3, 2)
     assert tree_equal(final.state.prior, reference.state.prior)
+    rows = [json.loads(line) for line in (killed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(row["validation_loss"]) for row in rows if "validation_loss" in row)
+    assert any("validation_loss" in row for row in rows)
