@@ -42,7 +42,7 @@ from pathlib import Path
 
 from bench.machine import measured_machine
 from bench.rounds import RATIO_RULE, interleaved, median_ratio
-from bench.servers import free_port, process_tree, running, wrk
+from bench.servers import free_port, process_tree, quiesce, running, wrk
 
 ENDPOINTS = {
     "project": "/sample?digit=7&n=16",
@@ -57,11 +57,13 @@ TARGETS = {"x_plain": 3.0, "p99_ms": 50.0, "cpu_ms": 0.6, "scaling": 1.8}
 @contextlib.contextmanager
 def bench_server(checkpoint_dir: str, workers: int):
     """The bench app under `cvae serve`'s server; yields (port, pid) once every worker is
-    ready."""
+    ready and idle: a worker answers once one decode block size is compiled and checks the
+    others in the background, which would otherwise run during the first measurements."""
     port = free_port()
     command = [sys.executable, "-m", "bench.bench_service", "--serve", "--checkpoint-dir",
                checkpoint_dir, "--port", str(port), "--workers", str(workers)]
     with running(command, port, workers) as pid:
+        quiesce(pid)
         yield port, pid
 
 
@@ -316,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds per endpoint/level")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument("--no-transfer", action="store_true",
+                        help="skip the /transfer cells (at c=8)")
     parser.add_argument("--profile", type=float, default=10.0, metavar="SECONDS",
                         help="py-spy profile of one worker under load (0: skip)")
     parser.add_argument("--machine-tag", help="the machine's tag (bench.run passes its own); "
@@ -338,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                        [int(c) for c in args.concurrency.split(",")], args.seconds,
                        args.repeats, args.warmup,
                        log=lambda m: print(m, file=sys.stderr, flush=True),
-                       transfer_script=post_script(scratch, drawing_png()))
+                       transfer_script=(None if args.no_transfer
+                                        else post_script(scratch, drawing_png())))
     sampling = [r for r in rows if r["endpoint"] in ENDPOINTS]
     transfers = [r for r in rows if r["endpoint"] not in ENDPOINTS]
     print(report(sampling, transfers, args.seconds, args.repeats, args.checkpoint_dir, tag))

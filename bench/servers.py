@@ -63,6 +63,20 @@ def settle(pid: int, idle_share: float = 0.1, interval: float = 0.2,
             return
 
 
+def quiesce(pid: int, quiet: float = 2.0, timeout: float = 600.0) -> float:
+    """Waits until the server has used under a tenth of a core over `quiet` seconds, e.g. while
+    a worker's checkpoint thread still checks the decode block sizes that start-up left
+    (service/checkpoints.py, `finish_checks`): those compile for seconds to minutes after
+    /readyz first answers, on the same cores. Returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = cpu_seconds(pid)
+        time.sleep(quiet)
+        if cpu_seconds(pid) - before < 0.1 * quiet:
+            break
+    return time.monotonic() - started
+
+
 @contextlib.contextmanager
 def running(command: list[str], port: int, workers: int, env: dict | None = None,
             timeout: float = 300.0, stdout=subprocess.DEVNULL):

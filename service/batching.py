@@ -16,9 +16,11 @@ them to a single worker thread that computes their latents in one call per kind 
 (`cvae.sampling.request_batches.request_rows`: prior draws bit-identical to `request_latents`,
 latent walks, and style transfers, whose encoder work runs there too) and decodes them in one call
 (`Sampler.decode`, fixed block shapes, so a request's pixels never depend on its neighbours).
-That is one thread hop per batch, not per request, and no locks. While a batch decodes, new
-requests gather for the next one: under load, batches grow by themselves; a lone request is
-decoded at once, with no timer to wait on.
+A request may bring a `finish` function, which that thread runs on its images after the decode
+(the service encodes small PNG grids there: zlib releases the GIL, and the event loop is the
+busier core). That is one thread hop per batch, not per request, and no locks. While a batch
+decodes, new requests gather for the next one: under load, batches grow by themselves; a lone
+request is decoded at once, with no timer to wait on.
 
 Admission is bounded by the rows pending or decoding: past `max_pending_rows` `decode` raises
 `QueueFull` (the service answers 503 with Retry-After). A batch that takes longer than
@@ -32,7 +34,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -75,6 +77,13 @@ class Pending:
     rows: int
     future: asyncio.Future
     arrived: float
+    finish: Callable | None = None  # run on the result in the worker thread (e.g. the PNG)
+
+
+class _Failed(NamedTuple):
+    """A request's `finish` raised: its error, to set on its future alone."""
+
+    error: BaseException
 
 
 BatchHook = Callable[[int, int, int], None]  # (requests, rows, rows still pending) per batch
@@ -102,9 +111,12 @@ class Batcher:
         """Requests waiting for a decode."""
         return len(self._pending)
 
-    async def decode(self, decoder: Decoder, request: Request):
+    async def decode(self, decoder: Decoder, request: Request, finish: Callable | None = None):
         """The request's images f32[rows, h, w], decoded together with whoever else is waiting;
         for a request whose latents come with more (a transfer's label), (images, label).
+        `finish`: a function of that result to run in the worker thread after the decode, whose
+        value is returned instead (the service encodes a small PNG there, off the event loop:
+        the loop is the busier of the two cores); an error it raises fails this request only.
 
         Raises QueueFull at the bound (an idle batcher takes any one request), Stopped while
         shutting down, TimeoutError when the device does not answer in time.
@@ -117,7 +129,7 @@ class Batcher:
             raise QueueFull(f"{len(self._pending)} requests ({held} rows) already waiting")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._pending.append(Pending(decoder, request, rows, future, loop.time()))
+        self._pending.append(Pending(decoder, request, rows, future, loop.time(), finish))
         self._pending_rows += rows
         if self._drain is None:
             self._drain = loop.create_task(self._drain_pending())
@@ -156,7 +168,11 @@ class Batcher:
                 finally:
                     self._busy_rows = 0
                 for item, result in zip(batch, images):
-                    if not item.future.done():  # its request may have been cancelled
+                    if item.future.done():  # its request may have been cancelled
+                        continue
+                    if type(result) is _Failed:
+                        item.future.set_exception(result.error)
+                    else:
                         item.future.set_result(result)
         finally:
             self._drain = None
@@ -204,4 +220,10 @@ class Batcher:
             for i, part in zip(members, np.split(images, bounds)):
                 label = latents[i].label if codes else None
                 results[i] = part if label is None else (part, label)
+        for i, item in enumerate(batch):
+            if item.finish is not None:
+                try:
+                    results[i] = item.finish(results[i])
+                except Exception as error:  # this request's alone
+                    results[i] = _Failed(error)
         return results

@@ -44,11 +44,12 @@ def random_seed() -> int:
     return secrets.randbelow(RANDOM_SEED_LIMIT)
 
 
-async def decode(request: Request, loaded: Loaded, work):
+async def decode(request: Request, loaded: Loaded, work, finish=None):
     """The batcher's result for `work` (a request of service/batching.py) on the served
-    sampler, or the 503 to answer instead."""
+    sampler (`finish`'s value of it, when given: see `Batcher.decode`), or the 503 to answer
+    instead."""
     try:
-        return await request.app.state.batcher.decode(loaded.sampler, work)
+        return await request.app.state.batcher.decode(loaded.sampler, work, finish)
     except QueueFull:
         request.app.state.metrics.rejected.inc()
         return busy("busy: the request queue is full; retry shortly")

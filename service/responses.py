@@ -127,6 +127,19 @@ async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int, *,
         make_grid(images, cols, pad=pad, scale=scale, image_shape=image_shape)))
 
 
+def png_encoder(tiles: int, cols: int, scale: int, pad: int, *,
+                image_shape: tuple[int, ...]):
+    """For a grid small enough to encode inline (`INLINE_ENCODE_PIXELS`), the function images ->
+    its PNG bytes (`encode_png`'s) to hand the batcher as `finish`, so that the decode thread
+    encodes it beside the decode instead of the event loop; None for a larger one, which
+    `encode_png` encodes on a thread of its own so that it never holds up the decodes."""
+    height, width = grid_shape(tiles, cols, scale=scale, pad=pad, image_shape=image_shape)
+    if height * width > INLINE_ENCODE_PIXELS:
+        return None
+    return lambda images: png_bytes(make_grid(images, cols, pad=pad, scale=scale,
+                                              image_shape=image_shape))
+
+
 def entity_tag(loaded: Loaded, route: str, values: tuple) -> str:
     """Strong ETag of a seeded picture: a hash of what decides its bytes (the served weights'
     fingerprint, the route and its parameters), prefixed with the step for people."""

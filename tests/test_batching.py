@@ -111,6 +111,35 @@ def test_a_decode_that_fails_or_hangs_fails_its_requests_and_the_batcher_keeps_s
     asyncio.run(scenario())
 
 
+def test_finish_runs_in_the_worker_thread_and_its_error_fails_its_request_alone():
+    def broken(images):
+        raise ValueError("cannot encode")
+
+    async def scenario():
+        gate = threading.Event()
+        decoder = FakeDecoder(gate)
+        batcher = Batcher(latents_fn=fake_latents)
+        first = asyncio.create_task(batcher.decode(decoder, request(1, 9.0)))
+        await until(decoder.entered.is_set)
+        loop_thread = threading.get_ident()
+        finished = asyncio.create_task(batcher.decode(
+            decoder, request(2, 2.0), lambda images: (threading.get_ident(), images[:, 0, 0])))
+        failed = asyncio.create_task(batcher.decode(decoder, request(3, 3.0), broken))
+        plain = asyncio.create_task(batcher.decode(decoder, request(1, 4.0)))
+        await until(lambda: batcher.depth == 3)
+        gate.set()
+        assert (await first).shape == (1, 28, 28)
+        thread, values = await finished
+        assert thread != loop_thread and values.tolist() == [2.0, 2.0]
+        with pytest.raises(ValueError, match="cannot encode"):
+            await failed
+        assert (await plain)[0, 0, 0] == 4.0
+        assert decoder.calls == [1, 6]  # the three shared one decode
+        await batcher.stop()
+
+    asyncio.run(scenario())
+
+
 def test_stop_fails_the_waiting_requests_and_finishes_the_decoding_one():
     async def scenario():
         gate = threading.Event()

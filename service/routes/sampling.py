@@ -21,7 +21,7 @@ from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control,
 from service.params import (SAMPLE_QUERY, InterpolateParams, SampleParams, check_labels,
                             class_label, sample_params)
 from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_matches,
-                               too_large)
+                               png_encoder, too_large)
 
 router = APIRouter()
 
@@ -54,11 +54,14 @@ async def sample(request: Request, params: Annotated[SampleParams, Depends(sampl
                    "ETag": etag, "Cache-Control": cache_control(request)}
         if etag_matches(request.headers.get("if-none-match"), etag):
             return Response(status_code=304, headers=headers)
-    images = await decode(request, loaded, LatentRequest(seed, digits, params.n,
-                                                         params.temperature))
-    if isinstance(images, Response):
-        return images
-    png = await encode_png(images, cols, params.scale, params.pad, image_shape=shape)
+    finish = png_encoder(len(digits) * params.n, cols, params.scale, params.pad,
+                         image_shape=shape)
+    result = await decode(request, loaded, LatentRequest(seed, digits, params.n,
+                                                         params.temperature), finish)
+    if isinstance(result, Response):
+        return result
+    png = result if finish else await encode_png(result, cols, params.scale, params.pad,
+                                                 image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)
 
 
@@ -92,8 +95,10 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
         headers["Cache-Control"] = cache_control(request)
         if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
             return Response(status_code=304, headers=headers)
-    images = await decode(request, loaded, work)
-    if isinstance(images, Response):
-        return images
-    png = await encode_png(images, cols, params.scale, params.pad, image_shape=shape)
+    finish = png_encoder(work.rows, cols, params.scale, params.pad, image_shape=shape)
+    result = await decode(request, loaded, work, finish)
+    if isinstance(result, Response):
+        return result
+    png = result if finish else await encode_png(result, cols, params.scale, params.pad,
+                                                 image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)
