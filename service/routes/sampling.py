@@ -11,13 +11,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 
 from cvae.sampling.walks import DigitWalk, LatentWalk
 from cvae.sampling.grid import grid_columns
 from cvae.sampling.sampler import LatentRequest
 from cvae.data.specs import spec_of
 from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
-                                  random_seed)
+                                  random_seed, served_model)
 from service.params import (SAMPLE_QUERY, InterpolateParams, SampleParams, check_labels,
                             class_label, sample_params)
 from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_matches,
@@ -26,8 +27,23 @@ from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_ma
 router = APIRouter()
 
 
-@router.get("/sample", response_class=Response, responses=SAMPLE_RESPONSES,
-            openapi_extra=SAMPLE_QUERY)
+class SampleRoute(APIRoute):
+    """`/sample`'s route, documented and matched as FastAPI's, but whose handler calls its two
+    dependencies and the endpoint directly. FastAPI's generic handler (the dependency solver,
+    its cache and exit stacks, the checks on the solved values) cost about a tenth of the event
+    loop's time per request at concurrency 64. The same dependencies run in the same order and
+    raise the same exceptions, which the app's handlers answer as before (422, 503)."""
+
+    def get_route_handler(self):
+        endpoint = self.endpoint
+
+        async def handler(request: Request) -> Response:
+            params = await sample_params(request)
+            return await endpoint(request, params, await served_model(request))
+
+        return handler
+
+
 async def sample(request: Request, params: Annotated[SampleParams, Depends(sample_params)],
                  loaded: ServedModel):
     """A PNG grid of generated images of one class (`digit` or `label`, by name), or one row
@@ -63,6 +79,11 @@ async def sample(request: Request, params: Annotated[SampleParams, Depends(sampl
     png = result if finish else await encode_png(result, cols, params.scale, params.pad,
                                                  image_shape=shape)
     return Response(png, media_type="image/png", headers=headers)
+
+
+router.add_api_route("/sample", sample, methods=["GET"], response_class=Response,
+                     responses=SAMPLE_RESPONSES, openapi_extra=SAMPLE_QUERY,
+                     route_class_override=SampleRoute)
 
 
 @router.get("/interpolate", response_class=Response, responses=SAMPLE_RESPONSES)
