@@ -16,7 +16,7 @@ import numpy as np
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from cvae.sampling.grid import grid_shape, make_grid, png_bytes
+from cvae.sampling.grid import grid_png, grid_shape
 from cvae.data.specs import spec_of
 from cvae.model.registry import noise_dim
 from service.checkpoints import Loaded
@@ -122,9 +122,9 @@ async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int, *,
     model's dataset's (`DatasetSpec.stored_shape`)."""
     height, width = grid_shape(len(images), cols, scale=scale, pad=pad, image_shape=image_shape)
     if height * width <= INLINE_ENCODE_PIXELS:
-        return png_bytes(make_grid(images, cols, pad=pad, scale=scale, image_shape=image_shape))
-    return await asyncio.to_thread(lambda: png_bytes(
-        make_grid(images, cols, pad=pad, scale=scale, image_shape=image_shape)))
+        return grid_png(images, cols, pad=pad, scale=scale, image_shape=image_shape)
+    return await asyncio.to_thread(lambda: grid_png(images, cols, pad=pad, scale=scale,
+                                                    image_shape=image_shape))
 
 
 def png_encoder(tiles: int, cols: int, scale: int, pad: int, *,
@@ -136,8 +136,7 @@ def png_encoder(tiles: int, cols: int, scale: int, pad: int, *,
     height, width = grid_shape(tiles, cols, scale=scale, pad=pad, image_shape=image_shape)
     if height * width > INLINE_ENCODE_PIXELS:
         return None
-    return lambda images: png_bytes(make_grid(images, cols, pad=pad, scale=scale,
-                                              image_shape=image_shape))
+    return lambda images: grid_png(images, cols, pad=pad, scale=scale, image_shape=image_shape)
 
 
 def entity_tag(loaded: Loaded, route: str, values: tuple) -> str:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae.sampling.grid import grid_shape, make_grid, png_bytes, save_png
+from cvae.sampling.grid import grid_png, grid_shape, make_grid, png_bytes, save_png
 
 
 def constant_tiles(n: int) -> np.ndarray:
@@ -240,3 +240,17 @@ def test_one_channel_tiles_give_the_grey_grid_and_its_bytes():
 def test_a_channel_count_other_than_one_or_three_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^image_shape must be .*got \(6, 5, 4\)"):
         make_grid(np.zeros((2, 6, 5, 4)), cols=2, image_shape=(6, 5, 4))
+
+
+@pytest.mark.parametrize("shape", [(28, 28), (28, 28, 1), (32, 32, 3), (20, 12)])
+def test_grid_png_gives_the_bytes_of_png_bytes_of_make_grid(shape):
+    """The service's one-pass encoder (`grid_png`) against the reference layout + encoding:
+    full and partial last rows, scales, pads and backgrounds, floats and uint8."""
+    rng = np.random.default_rng(0)
+    for n, cols, scale, pad, pad_value in [(1, 1, 1, 0, 0), (16, 4, 1, 2, 0), (17, 4, 2, 5, 255),
+                                           (5, 3, 3, 2, 7), (3, 16, 1, 0, 0)]:
+        images = rng.random((n, *shape), dtype=np.float32)
+        options = dict(pad=pad, scale=scale, pad_value=pad_value, image_shape=shape)
+        assert grid_png(images, cols, **options) == png_bytes(make_grid(images, cols, **options))
+        tiles = (images * 255).astype(np.uint8)
+        assert grid_png(tiles, cols, **options) == png_bytes(make_grid(tiles, cols, **options))
