@@ -83,3 +83,21 @@ def test_a_files_dataset_gives_way_to_the_flag(grey_data, tmp_path, capsys):
     assert main(["train", "--config", str(tmp_path / "run.toml"), "--dataset", "grey",
                  "--data-dir", str(grey_data), "--print-config"]) == 0
     assert 'dataset = "grey"' in capsys.readouterr().out
+
+
+def test_a_run_that_chooses_from_the_data_trains(grey_data, tmp_path):
+    """The choice measures the machine's speed on JAX's backend: a real `cvae train` process
+    joins the distributed runtime (or finds it has none) before that, as JAX requires, and
+    trains with what it chose. About 10 CPU-s (a tiny MLP, two steps)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "cvae.cli", "train", "--dataset", "grey", "--data-dir",
+         str(grey_data), "--checkpoint-dir", str(tmp_path / "run"), "--hidden-sizes", "16",
+         "--latent-dim", "2", "--max-steps", "2", "--steps-per-call", "1", "--no-progress"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "cvae train chose from the data (grey):" in result.stdout
+    assert "likelihood  logistic_mixture" in result.stdout
+    assert "trained to step 2" in result.stdout

@@ -209,6 +209,13 @@ def cmd_train(args) -> int:
     data = None
     if config.data.dataset != measured_on(args).data.dataset:  # settings to choose from it
         data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
+    from cvae.training import processes as process_group
+
+    # Joined before anything runs on JAX's backend (choosing from the data measures the
+    # machine's speed there), as JAX requires; --print-config only prints.
+    processes = None if args.print_config else process_group.initialize(
+        args.coordinator_address, args.num_processes, args.process_id,
+        heartbeat_timeout=args.heartbeat_timeout)
     config, choices = chosen_from_data(args, config, data)
     if args.print_config:
         print(config_toml.to_toml(config, header="\n".join(
@@ -228,12 +235,9 @@ def cmd_train(args) -> int:
 
     import jax
 
-    from cvae.training import processes as process_group
     from cvae.training.callbacks import default_callbacks
     from cvae.training.loop import train_and_evaluate
 
-    processes = process_group.initialize(args.coordinator_address, args.num_processes,
-                                         args.process_id, heartbeat_timeout=args.heartbeat_timeout)
     jax.config.update("jax_debug_nans", args.debug_nans)
     jax.config.update("jax_disable_jit", args.disable_jit)
     callbacks = default_callbacks(config, progress=not args.no_progress,

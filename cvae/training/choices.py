@@ -100,9 +100,13 @@ def epoch_flops(config: Config, data: DataProfile, images: int) -> float:
 
 
 def matrix_rate(size: int = 1024, repeats: int = 5) -> float:
-    """This machine's float32 matrix product rate, GFLOP/s (the median of `repeats`)."""
+    """This machine's float32 matrix product rate, GFLOP/s (the median of `repeats`; process
+    0's in a run of several). It runs on JAX's backend: a run joins the distributed runtime
+    before, since that must come first."""
     import jax
     import jax.numpy as jnp
+
+    from cvae.training import processes
 
     a = jnp.ones((size, size), jnp.float32)
     dot = jax.jit(jnp.dot)
@@ -112,4 +116,5 @@ def matrix_rate(size: int = 1024, repeats: int = 5) -> float:
         start = time.perf_counter()
         dot(a, a).block_until_ready()
         times.append(time.perf_counter() - start)
-    return 2.0 * size**3 / sorted(times)[len(times) // 2] / 1e9
+    rate = 2.0 * size**3 / sorted(times)[len(times) // 2] / 1e9
+    return processes.from_process_zero(rate)  # every process of a run chooses alike

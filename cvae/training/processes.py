@@ -110,6 +110,16 @@ def any_process(flag: bool) -> bool:
     return bool(np.any(multihost_utils.process_allgather(np.asarray(flag, np.int32))))
 
 
+def from_process_zero(value: float) -> float:
+    """Process 0's `value` on every process (a collective: all must call): a figure measured on
+    each, such as the machine's speed, that must not make their choices differ."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    return float(multihost_utils.broadcast_one_to_all(np.asarray(value, np.float32)))
+
+
 def local_copy(tree):
     """This process's own copy of fully replicated arrays, on its first local device.
 
