@@ -271,7 +271,7 @@ def _write_images(source: Source, plan: Plan, folder: Path, *, progress: bool) -
     return transparent
 
 
-def _manifest(source: Source, plan: Plan, name: str, background: str) -> dict:
+def _manifest(source: Source, plan: Plan, name: str, *, background: str) -> dict:
     sizes = collections.Counter(f"{h}x{w}" for h, w in source.sizes.tolist())
     target = "{}x{}".format(*plan.size)
     modes = collections.Counter(source.modes)
@@ -324,7 +324,7 @@ def prepare_own(source_path: str | os.PathLike, name: str, data_dir: str | os.Pa
     check_fits(source.count * int(np.prod(layout.stored_shape)), where=str(source_path))
     for bad in source.bad:
         warn(f"skipped {bad.path}: {bad.reason}")
-    manifest = _manifest(source, layout, name, background)
+    manifest = _manifest(source, layout, name, background=background)
     created = not data_dir.exists()
     data_dir.mkdir(parents=True, exist_ok=True)
     # Hidden, and unique to this run; made by mkdir so that it gets the umask's permissions.
