@@ -136,7 +136,7 @@ def start_up(watcher: CheckpointWatcher, checkpoint_dir: str | Path,
     started = time.perf_counter()
     cache = use_cache(checkpoint_dir, compilation_cache) if compilation_cache else None
     with counted() as programs:
-        watcher.refresh(first_only=True)
+        watcher.refresh(check="first")
     if watcher.current is not None:
         log.info("loaded step %d in %.1f s: %d compiled programs read from %s, %d compiled",
                  watcher.current.step, time.perf_counter() - started, programs.hits,

@@ -104,16 +104,15 @@ def _mtime_ns(path: Path) -> int | None:
 
 
 def load(directory: Path, step: int, truncation: float | None = None, *,
-         first_only: bool = False) -> Loaded:
+         check: str = "all") -> Loaded:
     """Read, compile and fingerprint one step (slow: seconds), drawing at `truncation` (None:
-    the run's own). `first_only`: compile and check one block size, leaving the others to
+    the run's own). `check="first"`: compile and check one block size, leaving the others to
     `finish_checks` (the fingerprint is the same either way: every size kept later gives the
     first one's bits)."""
     version = step_version(directory, step)
     if version is None:
         raise FileNotFoundError(f"step {step} vanished")
-    sampler = open_sampler(directory, step, truncation=truncation,
-                           check="first" if first_only else "all")
+    sampler = open_sampler(directory, step, truncation=truncation, check=check)
     sampler.warm_up()
     if not sampler.blocks_unchecked:
         log_blocks(sampler)
@@ -121,7 +120,7 @@ def load(directory: Path, step: int, truncation: float | None = None, *,
 
 
 def finish_checks(sampler: Sampler) -> None:
-    """Check the block sizes `load(first_only=True)` left, and say which were dropped."""
+    """Check the block sizes `load(check="first")` left, and say which were dropped."""
     if sampler.blocks_unchecked:
         sampler.check_remaining_blocks()
         log_blocks(sampler)
@@ -161,8 +160,8 @@ class CheckpointWatcher:
         self._stopping = False
         self._thread = threading.Thread(target=self._poll, name="cvae-checkpoints", daemon=True)
 
-    def refresh(self, *, first_only: bool = False) -> None:
-        """Load the chosen step if it is not the one served (poller thread). `first_only`: at
+    def refresh(self, *, check: str = "all") -> None:
+        """Load the chosen step if it is not the one served (poller thread). `check="first"`: at
         start-up, compile one block size and leave the rest to the poller (`finish_checks`).
 
         For `latest`, that means the newest readable step newer than the served one; when the
@@ -179,7 +178,7 @@ class CheckpointWatcher:
                           if (s > current.step if self.step == "latest" else s != current.step)]
         skipped = []
         for step in candidates:
-            reason = self._try_load(step, first_only)
+            reason = self._try_load(step, check)
             if reason is None:
                 break
             skipped.append(f"step {step}: {reason}")
@@ -216,7 +215,7 @@ class CheckpointWatcher:
             self._ranked = (key, best, why)
         return self._ranked[1]
 
-    def _try_load(self, step: int, first_only: bool = False) -> str | None:
+    def _try_load(self, step: int, check: str = "all") -> str | None:
         """Loads and swaps in `step`; returns None, or why it could not."""
         key = (step, step_version(self.directory, step))
         if key[1] is None:
@@ -224,7 +223,7 @@ class CheckpointWatcher:
         if key in self.failed:
             return self.failed[key]
         try:
-            loaded = load(self.directory, step, self.truncation, first_only=first_only)
+            loaded = load(self.directory, step, self.truncation, check=check)
         except Exception as error:  # a corrupt or half-deleted step must not stop the service
             reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             self.failed[key] = reason

@@ -48,6 +48,15 @@ async def until(predicate, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def held_decode(batcher: Batcher, first: LatentRequest):
+    """`first` being decoded and held there: (the gate that lets it go, the decoder, its task)."""
+    gate = threading.Event()
+    decoder = FakeDecoder(gate)
+    task = asyncio.create_task(batcher.decode(decoder, first))
+    await until(decoder.entered.is_set)
+    return gate, decoder, task
+
+
 def test_requests_waiting_during_a_decode_share_the_next_one_and_get_their_own_rows():
     async def scenario():
         gate = threading.Event()
@@ -73,11 +82,8 @@ def test_requests_waiting_during_a_decode_share_the_next_one_and_get_their_own_r
 
 def test_an_oversized_request_is_decoded_alone_and_admission_is_bounded_by_rows():
     async def scenario():
-        gate = threading.Event()
-        decoder = FakeDecoder(gate)
         batcher = Batcher(max_rows=4, max_pending_rows=12, latents_fn=fake_latents)
-        big = asyncio.create_task(batcher.decode(decoder, request(9, 1.0)))  # idle: admitted
-        await until(decoder.entered.is_set)
+        gate, decoder, big = await held_decode(batcher, request(9, 1.0))  # idle: admitted
         queued = asyncio.create_task(batcher.decode(decoder, request(3, 2.0)))  # 9 + 3 = 12
         await until(lambda: batcher.depth == 1)
         with pytest.raises(QueueFull):
@@ -116,11 +122,8 @@ def test_finish_runs_in_the_worker_thread_and_its_error_fails_its_request_alone(
         raise ValueError("cannot encode")
 
     async def scenario():
-        gate = threading.Event()
-        decoder = FakeDecoder(gate)
         batcher = Batcher(latents_fn=fake_latents)
-        first = asyncio.create_task(batcher.decode(decoder, request(1, 9.0)))
-        await until(decoder.entered.is_set)
+        gate, decoder, first = await held_decode(batcher, request(1, 9.0))
         loop_thread = threading.get_ident()
         finished = asyncio.create_task(batcher.decode(
             decoder, request(2, 2.0), lambda images: (threading.get_ident(), images[:, 0, 0])))
@@ -142,11 +145,8 @@ def test_finish_runs_in_the_worker_thread_and_its_error_fails_its_request_alone(
 
 def test_stop_fails_the_waiting_requests_and_finishes_the_decoding_one():
     async def scenario():
-        gate = threading.Event()
-        decoder = FakeDecoder(gate)
         batcher = Batcher(latents_fn=fake_latents)
-        decoding = asyncio.create_task(batcher.decode(decoder, request(2, 1.0)))
-        await until(decoder.entered.is_set)
+        gate, decoder, decoding = await held_decode(batcher, request(2, 1.0))
         waiting = asyncio.create_task(batcher.decode(decoder, request(2, 2.0)))
         await until(lambda: batcher.depth == 1)
         stopping = asyncio.create_task(batcher.stop())

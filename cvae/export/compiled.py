@@ -27,7 +27,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from cvae.sampling.compilation_cache import CACHE_SETTINGS, JAX_ENV
+from cvae.export.manifest import FORMAT_KEYS, is_export, write_manifest
+from cvae.sampling.compilation_cache import CACHE_SETTINGS, JAX_ENV, cache_directory, enable
 
 COMPILED = "compiled-programs.zip"
 ENTRY_SUFFIX = "-cache"  # how JAX names a cache entry's file
@@ -52,8 +53,6 @@ def pack(folder: Path) -> Path:
 def carry(folder: Path, manifest: dict) -> dict:
     """`pack` into a finished export `folder`, and its manifest written again to list the zip;
     returns the new manifest."""
-    from cvae.export.manifest import FORMAT_KEYS, write_manifest
-
     pack(folder)
     return write_manifest(folder, {key: value for key, value in manifest.items()
                                    if key not in FORMAT_KEYS})
@@ -84,9 +83,6 @@ def use_cache(path: str | Path, choice: str | None) -> Path | None:
     """Turn on the compilation cache for a process about to load `path` (`--compilation-cache`
     `choice`: cvae/sampling/compilation_cache.py), seeded with the programs it carries when
     `path` is an exported folder; returns the cache directory (None: off)."""
-    from cvae.export.manifest import is_export
-    from cvae.sampling.compilation_cache import cache_directory, enable
-
     directory = enable(cache_directory(choice))
     if directory is not None and is_export(path):
         unpack(Path(path), directory)
