@@ -59,11 +59,12 @@ class Loaded:
 def fingerprint(sampler: Sampler) -> str:
     """sha256 of what decides a seeded picture's bytes besides its parameters: the weights, the
     config (its sharpness and truncation among them, which `cvae serve --truncation` changes),
-    the JAX version and backend, and the bits this machine's kernels give (replicas on CPUs
-    whose kernels round differently get different fingerprints, so their ETags differ too)."""
+    the JAX version and backend, and the bits this machine's kernels give the drawing functions
+    (replicas on CPUs whose kernels round differently get different fingerprints, so their
+    ETags differ too; `classify`, checked after the first answer, has no ETag)."""
     digest = hashlib.sha256(f"{jax.__version__} {jax.default_backend()}".encode())
     digest.update(sampler.config.to_json().encode())
-    digest.update(sampler.kernel_signature)
+    digest.update(sampler.drawing_signature)
     for leaf in jax.tree.leaves(sampler.variables):
         array = np.asarray(leaf)
         digest.update(f"{array.dtype}{array.shape}".encode())

@@ -86,5 +86,5 @@ def test_the_served_fingerprint_names_the_kernels(mixture_run):
 
     sampler = load_sampler(mixture_run.directory)
     assert fingerprint(sampler) == fingerprint(load_sampler(mixture_run.directory))
-    sampler.kernel_signature = bytes(32)
+    sampler.drawing_signature = bytes(32)
     assert fingerprint(sampler) != fingerprint(load_sampler(mixture_run.directory))

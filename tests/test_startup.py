@@ -63,7 +63,7 @@ def test_a_sampler_checked_at_one_size_draws_the_bits_of_one_checked_at_all(trai
     quick = load_sampler(trained_run.directory, check="first")
     full = load_sampler(trained_run.directory)
     assert len(quick.block_sizes) == 1 and quick.blocks_unchecked
-    assert quick.kernel_signature == full.kernel_signature
+    assert quick.drawing_signature == full.drawing_signature  # the fingerprint's part
     noise = np.random.default_rng(0).standard_normal((300, quick.noise_dim), np.float32)
     labels = np.arange(300, dtype=np.int32) % 10
     expected = full.decode(noise, labels)  # 256 + 64 rows, or however this CPU's sizes cut it
@@ -71,9 +71,14 @@ def test_a_sampler_checked_at_one_size_draws_the_bits_of_one_checked_at_all(trai
                                   expected.view(np.uint32))
     drawing = load_sampler(trained_run.directory, check="drawing")  # `cvae sample`'s
     assert drawing.sample_png(None, 30, 5) == full.sample_png(None, 30, 5)
+    # Reading digits was left unchecked: its first call checks it, and reads as `full` does.
+    images = trained_run.data.test_images[:5]
+    np.testing.assert_array_equal(quick.classify(images).view(np.uint32),
+                                  full.classify(images).view(np.uint32))
     quick.check_remaining_blocks()
     assert (quick.block_sizes, quick.dropped_blocks, quick.blocks_unchecked) == (
         full.block_sizes, full.dropped_blocks, ())
+    assert quick.classify_block_sizes == full.classify_block_sizes
     assert quick.kernel_signature == full.kernel_signature
     np.testing.assert_array_equal(quick.decode(noise, labels).view(np.uint32),
                                   expected.view(np.uint32))

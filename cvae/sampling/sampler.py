@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from typing import Callable, NamedTuple
 
 import jax
@@ -150,12 +151,18 @@ class Sampler:
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
     classify_block_sizes: tuple[int, ...] = DECODE_BLOCKS  # `classify`'s, checked on their own
     dropped_classify_blocks: tuple[int, ...] = ()
-    kernel_signature: bytes = b""  # `check_blocks`': the bits this machine's kernels give
+    # `check_blocks`': the bits this machine's kernels give the drawing functions (what a served
+    # picture's fingerprint covers), and those with reading's (`classify`) once it is checked.
+    drawing_signature: bytes = b""
+    kernel_signature: bytes = b""
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
-    # The last `check_blocks` outcome (drawing, reading): what `check_remaining_blocks` extends.
+    # The last `check_blocks` outcome (drawing, reading): what `check_remaining_blocks` extends;
+    # reading is None until checked (a server and `cvae sample` leave it for later).
     _checks: tuple | None = dataclasses.field(default=None, init=False, repr=False)
+    _reading_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock,
+                                                      init=False, repr=False)
 
     def class_transport(self) -> ClassTransport | None:
         """How label swaps carry a code between classes (cvae.model.transport); None: as it is."""
@@ -263,6 +270,7 @@ class Sampler:
         rule for a model trained with every label (`create_classify_fn`)."""
         if self.classify_fn is None:
             raise ValueError("this sampler reads no digits (created without a classify_fn)")
+        self._check_reading()
         x = to_unit(np.asarray(images).reshape(len(images), self.image_pixels))
         out = self._in_blocks(self.classify_fn, x, sizes=self.classify_block_sizes)
         return out[0] if out else np.zeros((0, len(self.classes)), np.float32)
@@ -283,49 +291,69 @@ class Sampler:
         keep stays for drawing. Compiles every size it checks (so it doubles as the warm-up);
         returns the drawing sizes dropped.
 
-        check (`CHECKS`): `all` sizes; the `first` size kept, every function, leaving the
-        larger sizes to `check_remaining_blocks` (a server answers once one size is compiled
-        and checks the rest in the background); or only `drawing`: the first size, `decode`
-        alone (`cvae sample`, which draws and nothing else). Rows decode to the same bits
-        whichever: every size added later gives the bits of the first.
+        check (`CHECKS`): `all` sizes and functions; the `first` size kept of the drawing
+        functions, leaving the larger sizes and `classify` to `check_remaining_blocks` (a
+        server answers once one size is compiled and checks the rest in the background); or
+        only `drawing`: the first size, `decode` alone (`cvae sample`, which draws and nothing
+        else). Rows decode to the same bits whichever: every size added later gives the bits
+        of the first. `classify` checks its reading itself when it is first called unchecked.
         """
         if check not in CHECKS:
             raise ValueError(f"check={check!r}: one of {', '.join(CHECKS)}")
         probes = sampler_probes(self)
         outcome = block_check(probes[:1] if check == "drawing" else probes, self.variables,
                               self.block_sizes, first_only=check != "all")
-        reading = [] if check == "drawing" else classify_probes(self)
-        read = (block_check(reading, self.variables, self.classify_block_sizes,
-                            first_only=check != "all") if reading else None)
-        self._use_checks(outcome, read)
+        self._use_checks(outcome, None)
+        if check == "all":
+            self._check_reading(first_only=False)
         return outcome.dropped
 
     def check_remaining_blocks(self) -> tuple[int, ...]:
-        """Check the sizes `check_blocks("first")` left, adding those that keep the first
-        size's bits; returns the drawing sizes dropped. The kept sizes grow in place (one
-        assignment, so a decode running meanwhile plans with the old or the new ones)."""
-        drawing, reading = self._checks
-        outcome = check_remaining(sampler_probes(self), self.variables, drawing)
-        read = (check_remaining(classify_probes(self), self.variables, reading)
-                if reading is not None else None)
-        self._use_checks(outcome, read)
+        """Check what `check_blocks("first")` left: reading (`classify`), then the drawing
+        sizes, adding those that keep the first size's bits; returns the drawing sizes dropped.
+        The kept sizes grow in place (one assignment, so a decode running meanwhile plans with
+        the old or the new ones)."""
+        self._check_reading(first_only=False)
+        with self._reading_lock:
+            drawing, reading = self._checks
+            if reading is not None and reading.unchecked:
+                reading = check_remaining(classify_probes(self), self.variables, reading)
+            outcome = check_remaining(sampler_probes(self), self.variables, drawing)
+            self._use_checks(outcome, reading)
         return outcome.dropped
+
+    def _check_reading(self, first_only: bool = True) -> None:
+        """Check `classify`'s block sizes (the first kept, or all) unless done: once, whichever
+        thread asks first (a request, or a server's background checks); the others wait."""
+        if self._checks is None or not classify_probes(self):
+            return  # never checked (its sizes used as given), or it reads no digits
+        with self._reading_lock:
+            drawing, reading = self._checks
+            if reading is None:
+                self._use_checks(drawing, block_check(
+                    classify_probes(self), self.variables, self.classify_block_sizes,
+                    first_only=first_only))
 
     @property
     def blocks_unchecked(self) -> tuple[int, ...]:
         """The sizes, drawing's or reading's, that `check_blocks("first")` left for
-        `check_remaining_blocks` (not decoded with until then)."""
-        checks = [check for check in self._checks or () if check is not None]
-        return tuple(sorted({size for check in checks for size in check.unchecked}))
+        `check_remaining_blocks` (not decoded with until then); all of reading's while it is
+        unchecked."""
+        drawing, reading = self._checks or (None, None)
+        unchecked = set(drawing.unchecked if drawing is not None else ())
+        if reading is not None:
+            unchecked.update(reading.unchecked)
+        elif drawing is not None and classify_probes(self):
+            unchecked.update(self.classify_block_sizes)
+        return tuple(sorted(unchecked))
 
     def _use_checks(self, drawing: BlockCheck, reading: BlockCheck | None) -> None:
         self.block_sizes, self.dropped_blocks = drawing.kept, drawing.dropped
-        signature = drawing.signature
+        self.drawing_signature = self.kernel_signature = drawing.signature
         if reading is not None:
             self.classify_block_sizes = reading.kept
             self.dropped_classify_blocks = reading.dropped
-            signature += reading.signature
-        self.kernel_signature = signature
+            self.kernel_signature = drawing.signature + reading.signature
         self._checks = (drawing, reading)
 
     def warm_up(self) -> None:
