@@ -276,27 +276,19 @@ class Sampler:
         return out[0] if out else np.zeros((0, len(self.classes)), np.float32)
 
     def check_blocks(self, check: str = "all") -> tuple[int, ...]:
-        """Keep only the block sizes in which every row position gives a row the same bits.
-
-        A row of a request may land at any position of any block size, next to any other
-        rows. XLA's CPU dot kernels (YNNPACK, chosen at run time from the CPU's features) treat
-        some block sizes, and on some CPUs some positions within a block, differently, so this
-        is checked where the sampler runs, not assumed: `block_check` runs every function the
-        sampler calls (decode, code decode, prior mapping, encode) on blocks of each size
-        filled with copies of one row, and on blocks of distinct rows, and compares every
-        position. The smallest size that agrees at every position sets the bits, and the
-        larger sizes that give the same bits are kept; if none agrees, the sampler decodes one
-        row per call, which is the same program for every row by construction. `classify` is
-        checked the same way over its own sizes, so a size that only reading digits cannot
-        keep stays for drawing. Compiles every size it checks (so it doubles as the warm-up);
-        returns the drawing sizes dropped.
+        """Keep only the block sizes in which every row position gives a row the same bits
+        (`block_check`, whose module says why this is checked where the sampler runs): the
+        smallest size that agrees sets the bits, larger sizes that give the same bits are kept,
+        and with none the sampler decodes one row per call. `classify` is checked over its own
+        sizes, so a size only reading cannot keep stays for drawing. Compiles what it checks
+        (so it doubles as the warm-up); returns the drawing sizes dropped.
 
         check (`CHECKS`): `all` sizes and functions; the `first` size kept of the drawing
-        functions, leaving the larger sizes and `classify` to `check_remaining_blocks` (a
-        server answers once one size is compiled and checks the rest in the background); or
-        only `drawing`: the first size, `decode` alone (`cvae sample`, which draws and nothing
-        else). Rows decode to the same bits whichever: every size added later gives the bits
-        of the first. `classify` checks its reading itself when it is first called unchecked.
+        functions (decode, the prior's mapping, code decode, encode), leaving the larger sizes
+        and `classify` to `check_remaining_blocks` (a server answers once one size is compiled);
+        or only `drawing`: the first size of `decode` alone (`cvae sample`). Every size added
+        later gives the bits of the first. `classify` checks its reading itself when it is
+        first called unchecked.
         """
         if check not in CHECKS:
             raise ValueError(f"check={check!r}: one of {', '.join(CHECKS)}")
@@ -339,13 +331,11 @@ class Sampler:
         """The sizes, drawing's or reading's, that `check_blocks("first")` left for
         `check_remaining_blocks` (not decoded with until then); all of reading's while it is
         unchecked."""
-        drawing, reading = self._checks or (None, None)
-        unchecked = set(drawing.unchecked if drawing is not None else ())
-        if reading is not None:
-            unchecked.update(reading.unchecked)
-        elif drawing is not None and classify_probes(self):
-            unchecked.update(self.classify_block_sizes)
-        return tuple(sorted(unchecked))
+        if self._checks is None:
+            return ()
+        drawing, reading = self._checks
+        pending = reading.unchecked if reading else self.classify_block_sizes
+        return tuple(sorted({*drawing.unchecked, *(pending if classify_probes(self) else ())}))
 
     def _use_checks(self, drawing: BlockCheck, reading: BlockCheck | None) -> None:
         self.block_sizes, self.dropped_blocks = drawing.kept, drawing.dropped
