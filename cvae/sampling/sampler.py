@@ -305,20 +305,19 @@ class Sampler:
         sizes, adding those that keep the first size's bits; returns the drawing sizes dropped.
         The kept sizes grow in place (one assignment, so a decode running meanwhile plans with
         the old or the new ones)."""
-        self._check_reading(first_only=False)
-        with self._reading_lock:
-            drawing, reading = self._checks
-            if reading is not None and reading.unchecked:
-                reading = check_remaining(classify_probes(self), self.variables, reading)
-            outcome = check_remaining(sampler_probes(self), self.variables, drawing)
-            self._use_checks(outcome, reading)
+        self._check_reading(first_only=False)  # from here on no other thread sets `_checks`
+        drawing, reading = self._checks
+        if reading is not None and reading.unchecked:
+            reading = check_remaining(classify_probes(self), self.variables, reading)
+        outcome = check_remaining(sampler_probes(self), self.variables, drawing)
+        self._use_checks(outcome, reading)
         return outcome.dropped
 
     def _check_reading(self, first_only: bool = True) -> None:
         """Check `classify`'s block sizes (the first kept, or all) unless done: once, whichever
         thread asks first (a request, or a server's background checks); the others wait."""
-        if self._checks is None or not classify_probes(self):
-            return  # never checked (its sizes used as given), or it reads no digits
+        if self._checks is None or self._checks[1] is not None or not classify_probes(self):
+            return  # never checked (its sizes used as given), checked, or it reads no digits
         with self._reading_lock:
             drawing, reading = self._checks
             if reading is None:
