@@ -333,7 +333,7 @@ class Sampler:
         if self._checks is None:
             return ()
         drawing, reading = self._checks
-        pending = reading.unchecked if reading else self.classify_block_sizes
+        pending = reading.unchecked if reading is not None else self.classify_block_sizes
         return tuple(sorted({*drawing.unchecked, *(pending if classify_probes(self) else ())}))
 
     def _use_checks(self, drawing: BlockCheck, reading: BlockCheck | None) -> None:
