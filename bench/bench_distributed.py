@@ -67,7 +67,7 @@ def worker(args) -> None:
     optimizer, _ = create_optimizer(config, 100 * chunks * config.run.steps_per_call)
     state, train_step = create_train_step(create_model(config), optimizer, config, key=key,
                                           supervision=FullLabels(config), mesh=mesh)
-    chunk = create_train_chunk(train_step, batch, mesh)
+    chunk = create_train_chunk(train_step, batch, mesh, max_steps=config.run.steps_per_call)
     images, labels = replicate((jnp.asarray(rows), jnp.asarray(rows[:, 0] % 10, jnp.int32)), mesh)
     order = replicate(epoch_permutation(key, 0, rows.shape[0]), mesh)
     result = {"devices": mesh.size, "processes": jax.process_count(), "batch_size": batch,

@@ -86,7 +86,7 @@ def fused_runner(config, data: Dataset, batch_size: int,
     key = jax.random.key(config.run.seed)
     state, train_step = create_train_step(model, optimizer, config, key=key,
                                           supervision=FullLabels(config))
-    chunk = create_train_chunk(train_step, batch_size)
+    chunk = create_train_chunk(train_step, batch_size, max_steps=config.run.steps_per_call)
     order = epoch_permutation(key, 0, images.shape[0])
     box = {"state": state}
 
@@ -98,7 +98,7 @@ def fused_runner(config, data: Dataset, batch_size: int,
         jax.block_until_ready(metrics)
         box["state"] = state
 
-    run()  # compile (every chunk length used)
+    run()  # compile
     return run, steps * batch_size
 
 

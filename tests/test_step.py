@@ -45,7 +45,7 @@ def test_loss_falls_on_a_tiny_synthetic_set(likelihood):
     key, state, train_step = setup(config)
     data = synthetic_dataset(256)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
-    chunk = create_train_chunk(train_step, config.run.batch_size)
+    chunk = create_train_chunk(train_step, config.run.batch_size, max_steps=16)
     order = epoch_permutation(key, 0, 256)
     state, first = chunk(state, images, labels, order, 0, key, num_steps=16)
     for epoch in range(1, 6):
@@ -62,7 +62,7 @@ def test_fused_chunk_equals_single_steps():
     data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
     order = epoch_permutation(key, 0, 64)
-    chunk = create_train_chunk(train_step, config.run.batch_size)
+    chunk = create_train_chunk(train_step, config.run.batch_size, max_steps=4)
     state_a, _ = chunk(state_a, images, labels, order, 0, key, num_steps=4)
     for i in range(4):
         idx = order[i * 16:(i + 1) * 16]
@@ -71,16 +71,27 @@ def test_fused_chunk_equals_single_steps():
                  state_a.params, state_b.params)
 
 
-def test_chunk_does_not_recompile_for_new_data_order_or_offset():
+def test_chunk_does_not_recompile_for_new_data_order_offset_or_length():
+    """One program serves every chunk length: the short chunk at an epoch's end, or a resume's
+    first, costs no compile."""
     config = presets.test()
     key, state, train_step = setup(config)
     data = synthetic_dataset(80)
     images, labels = jnp.asarray(data.train_images.reshape(-1, 784)), jnp.asarray(data.train_labels)
-    chunk = create_train_chunk(train_step, config.run.batch_size)
-    state, _ = chunk(state, images, labels, epoch_permutation(key, 0, 64), 0, key, num_steps=2)
-    compiled = chunk._cache_size()
-    state, _ = chunk(state, images, labels, epoch_permutation(key, 1, 64), 2, key, num_steps=2)
-    assert chunk._cache_size() == compiled
+    chunk = create_train_chunk(train_step, config.run.batch_size, max_steps=3)
+    state, metrics = chunk(state, images, labels, epoch_permutation(key, 0, 64), 0, key,
+                           num_steps=2)
+    assert metrics["loss"].shape == (2,)
+    compiled = chunk.jitted._cache_size()
+    state, metrics = chunk(state, images, labels, epoch_permutation(key, 1, 64), 2, key,
+                           num_steps=1)
+    assert metrics["loss"].shape == (1,)
+    state, metrics = chunk(state, images, labels, epoch_permutation(key, 1, 64), 0, key,
+                           num_steps=3)
+    assert metrics["loss"].shape == (3,) and np.all(np.isfinite(metrics["loss"]))
+    assert chunk.jitted._cache_size() == compiled
+    with pytest.raises(ValueError, match="1 to 3 steps"):
+        chunk(state, images, labels, epoch_permutation(key, 1, 64), 0, key, num_steps=4)
 
 
 def test_epoch_order_depends_only_on_seed_and_epoch():

@@ -37,6 +37,7 @@ from cvae.data.specs import spec_of
 from cvae.errors import ResumeError
 from cvae.model import objectives
 from cvae.data.splits import labelled_indices
+from cvae.training.step import first_rows, fused_steps
 
 
 def shift_images(key: jax.Array, images: jax.Array, max_shift: int, *,
@@ -188,8 +189,8 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
     n_l = config.labels.labelled_per_batch
     n_u = config.run.batch_size - n_l
 
-    @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
-    def train_chunk(state, images, labels, orders, first, key, num_steps: int):
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_chunk(state, images, labels, orders, first, key, num_steps):
         labelled_order, unlabelled_order = orders
 
         def body(state, i):
@@ -203,9 +204,9 @@ def create_semi_train_chunk(train_step: Callable, config: Config) -> Callable:
                      "label": labels[labelled_rows].astype(jnp.int32)}
             return train_step(state, batch, key)
 
-        return jax.lax.scan(body, state, jnp.arange(num_steps))
+        return fused_steps(body, state, num_steps, max_steps=config.run.steps_per_call)
 
-    return train_chunk
+    return first_rows(train_chunk, config.run.steps_per_call)
 
 
 def create_read_labels_fn(model, batch_size: int = 1000) -> Callable:

@@ -4,7 +4,8 @@ All randomness is derived from (seed, step): the step folds its own count into t
 and each epoch's data order is a permutation keyed by (seed, epoch). A resumed run therefore
 needs no RNG state beyond the step to see the same batches and the same noise.
 The dataset lives on the device; a chunk of `steps_per_call` steps runs inside one `lax.scan`,
-so the host only wakes up to log and checkpoint.
+so the host only wakes up to log and checkpoint. The chunk's length is a traced value, so one
+compiled program serves every length (`fused_steps`).
 """
 
 from __future__ import annotations
@@ -189,13 +190,14 @@ def labelled_permutation(key: jax.Array, epoch: int, num_labelled: int) -> jax.A
                                   num_labelled)
 
 
-def create_train_chunk(train_step: Callable, batch_size: int,
-                       mesh: Mesh | None = None) -> Callable:
+def create_train_chunk(train_step: Callable, batch_size: int, mesh: Mesh | None = None, *,
+                       max_steps: int) -> Callable:
     """`train_chunk(state, images, labels, order, first, key, num_steps) -> (state, metrics)`.
 
-    Runs `num_steps` train steps in one device call; batch i of the chunk is
-    images[order[(first + i) * B : (first + i + 1) * B]]. Metrics come back stacked [num_steps].
-    With a `mesh`, each device gathers only its own rows of every batch (`gather_rows`).
+    Runs `num_steps` (at most `max_steps`) train steps in one device call; batch i of the chunk
+    is images[order[(first + i) * B : (first + i + 1) * B]]. Metrics come back stacked
+    [num_steps]. With a `mesh`, each device gathers only its own rows of every batch
+    (`gather_rows`).
     """
 
     def gather_batch(images, labels, order, start):
@@ -204,15 +206,46 @@ def create_train_chunk(train_step: Callable, batch_size: int,
             return images[idx], labels[idx]
         return gather_rows(mesh, (images, labels), order, start=start, batch_size=batch_size)
 
-    @functools.partial(jax.jit, donate_argnums=0, static_argnames="num_steps")
-    def train_chunk(state, images, labels, order, first, key, num_steps: int):
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_chunk(state, images, labels, order, first, key, num_steps):
         def body(state, i):
             rows, row_labels = gather_batch(images, labels, order, (first + i) * batch_size)
             return train_step(state, to_batch(rows, row_labels), key)
 
-        return jax.lax.scan(body, state, jnp.arange(num_steps))
+        return fused_steps(body, state, num_steps, max_steps=max_steps)
 
-    return train_chunk
+    return first_rows(train_chunk, max_steps)
+
+
+def fused_steps(body: Callable, state, num_steps: jax.Array, *, max_steps: int):
+    """`body(state, i) -> (state, metrics)` for i in [0, num_steps), in one loop whose length is
+    a traced value: one compiled program serves every chunk length, so the short chunk at an
+    epoch's or a run's end, or a resume's first one, costs no compile and runs the same code.
+    -> (state, metrics stacked [max_steps], rows past num_steps zero)."""
+
+    def step(i, carry):
+        state, stacked = carry
+        state, metrics = body(state, i)
+        return state, jax.tree.map(lambda rows, value: rows.at[i].set(value), stacked, metrics)
+
+    shapes = jax.eval_shape(body, state, jnp.int32(0))[1]
+    stacked = jax.tree.map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), shapes)
+    return jax.lax.fori_loop(0, num_steps, step, (state, stacked))
+
+
+def first_rows(train_chunk: Callable, max_steps: int) -> Callable:
+    """The jitted chunk as callers use it: `num_steps` checked against `max_steps`, and its
+    metrics cut to the `num_steps` rows that ran, on the host. `.lower` is the jitted one's."""
+
+    def run(state, images, labels, order, first, key, num_steps: int):
+        if not 1 <= num_steps <= max_steps:
+            raise ValueError(f"num_steps={num_steps}: a chunk runs 1 to {max_steps} steps")
+        state, metrics = train_chunk(state, images, labels, order, first, key, num_steps)
+        return state, jax.tree.map(lambda rows: rows[:num_steps], jax.device_get(metrics))
+
+    run.lower = train_chunk.lower
+    run.jitted = train_chunk
+    return run
 
 
 def prior_fit_key(key: jax.Array, epoch: int) -> jax.Array:

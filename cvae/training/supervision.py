@@ -83,7 +83,8 @@ class FullLabels:
         return lambda epoch: replicate(epoch_permutation(key, epoch, self.epoch_rows), mesh)
 
     def create_train_chunk(self, train_step: Callable, mesh) -> Callable:
-        return create_train_chunk(train_step, self.config.run.batch_size, mesh)
+        return create_train_chunk(train_step, self.config.run.batch_size, mesh,
+                                  max_steps=self.config.run.steps_per_call)
 
     def loss(self, model, variables: dict, *, images, labels, keys: StepKeys, kl_weight,
              mutable: list[str]):
