@@ -18,7 +18,7 @@ help: ## list the targets with what each does
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-16s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup web data configs train test test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data configs train test test-slow test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
@@ -60,17 +60,22 @@ configs: setup ## the presets as TOML files in configs/, for `cvae train --confi
 train: data ## train the default model into checkpoints/ (resumes; ARGS="--fresh" starts over)
 	$(BIN)/cvae train --data-dir $(DATA_DIR) --checkpoint-dir $(CHECKPOINT_DIR) $(ARGS)
 
-# Lint first (seconds), then the suite (all but the slow runs under other CPU kernels).
-test: setup ## ruff, then the whole test suite (9 to 25 minutes on 2 cores: docs/development.md)
+# Lint first (seconds), then the suite but its slow part (`slow`: several processes, faults,
+# load, the browser, the benchmark, the model-option matrices) and the runs under other CPU kernels.
+PYTEST := $(BIN)/python -m pytest -n auto --maxprocesses 8
+test: setup ## ruff, then the test suite but its slow part (docs/development.md: how long)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 --durations=15 $(ARGS)
+	$(PYTEST) -m "not kernels and not slow" --durations=15 $(ARGS)
+
+test-slow: setup ## the suite's slow part: processes, faults, load, browser, model matrices
+	$(PYTEST) -m "slow and not kernels" --durations=15 $(ARGS)
 
 # Each test's CPU-seconds (subprocesses included), the costliest first: what to make cheaper
 # when the suite outgrows its budget. CPU time, unlike wall time, holds on a busy machine.
 PROFILE := .test-cpu-profile.tsv
 test-profile: setup ## the suite's CPU-seconds per test, costliest first, into .test-cpu-profile.tsv
 	rm -f $(PROFILE)
-	CVAE_CPU_PROFILE=$(CURDIR)/$(PROFILE) $(BIN)/python -m pytest -m "not kernels" -n auto --maxprocesses 8 -q $(ARGS) || true
+	CVAE_CPU_PROFILE=$(CURDIR)/$(PROFILE) $(PYTEST) -m "not kernels" -q $(ARGS) || true
 	sort -rn $(PROFILE) -o $(PROFILE) && head -40 $(PROFILE) && awk '{s += $$1} END {print s, "CPU-seconds in all"}' $(PROFILE)
 
 # The bit-identity claims under other CPU kernels than this machine's (tests/test_bit_identity.py

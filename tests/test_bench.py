@@ -20,7 +20,7 @@ from bench.machine import ISA_LEVELS, UNKNOWN, cpu_isa, describe, effective_isa,
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the benchmark as a program, every part: `make test-slow`
 def test_bench_quick_runs_and_writes_markdown(tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
     result = subprocess.run(

@@ -428,7 +428,6 @@ def podman_runs_containers() -> str | None:
     return f"podman cannot start a container here: {errors}"
 
 
-@pytest.mark.slow
 def test_the_image_builds_from_its_context_and_its_own_command_serves_an_export(exported,
                                                                                tmp_path):
     """Where podman runs, and asked for (CVAE_TEST_IMAGE=1: it takes minutes, and the package

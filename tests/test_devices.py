@@ -2,6 +2,7 @@
 fixed at start-up: tests/four_devices.py)."""
 
 import jax
+import pytest
 
 from cvae.training.checkpoints import load_checkpoint
 from cvae.training.devices import all_reduce_bytes
@@ -13,6 +14,7 @@ def assert_same_losses(out: dict) -> None:
         assert abs(single - parallel) <= 1e-3 * abs(single), (out["one"], out["four"])
 
 
+@pytest.mark.slow  # a 4-device subprocess: `make test-slow`
 def test_a_model_lever_trains_the_same_on_four_devices_as_on_one(four_device_runs):
     """The model levers at once, one device against four: a two-layer ladder trained with DReG
     (K = 3) under a VampPrior."""
@@ -21,6 +23,7 @@ def test_a_model_lever_trains_the_same_on_four_devices_as_on_one(four_device_run
     assert out["restored_step"] == 8
 
 
+@pytest.mark.slow  # a 4-device subprocess: `make test-slow`
 def test_four_device_training_matches_one_device(four_device_runs):
     out = four_device_runs["default"]
     assert out["devices"] == 4

@@ -18,7 +18,6 @@ from cvae.export.stablehlo import load_stablehlo
 from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import load_sampler, request_latents
 
-pytestmark = pytest.mark.slow
 KINDS = ("standard", "mixture", "few-labels", "ladder")
 
 

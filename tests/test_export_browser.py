@@ -16,7 +16,6 @@ from service.app import create_app
 from service.routes import browser as browser_routes
 from test_browser import browser_missing, headless_chromium, image_width, uvicorn_in_thread
 
-pytestmark = pytest.mark.slow
 
 
 def require_browser_and_runtime():

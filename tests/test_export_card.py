@@ -21,7 +21,6 @@ from cvae.export.card import eval_metrics, train_command
 from cvae.export.load import load_export
 from cvae.model.store import read_record
 
-pytestmark = pytest.mark.slow
 
 
 def snippets(card: str) -> list[str]:

@@ -20,7 +20,6 @@ from servers import cvae_server
 from service.app import create_app
 from test_digit_image import encoded, seven
 
-pytestmark = pytest.mark.slow
 
 REQUESTS = [("GET", "/sample", {"digit": 3, "n": 9, "seed": 4}, None),
             ("GET", "/sample", {"n": 5, "seed": 11, "temperature": 0.7, "scale": 2}, None),

@@ -265,6 +265,7 @@ FEW_LABELS = ("--labels", "100", "--labelled-per-batch", "4", "--classifier-weig
               "--epochs", "3")
 
 
+@pytest.mark.slow  # several processes, one killed: `make test-slow`
 def test_sigkill_with_100_labels_then_resume_gives_identical_parameters(data_dir, tmp_path):
     def finish(directory):
         result = subprocess.run(train_command(data_dir, directory, *FEW_LABELS),
@@ -411,6 +412,7 @@ def test_free_bits_floor_each_dimensions_weighted_mean_kl():
     assert float(loss) > float(plain)
 
 
+@pytest.mark.slow  # a 4-device subprocess: `make test-slow`
 def test_four_device_semi_supervised_training_matches_one_device(four_device_runs):
     """With the classifier's levers on (a mixture prior, virtual adversarial training and
     entropy minimisation): tests/four_devices.py's `semi` case."""

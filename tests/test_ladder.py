@@ -27,7 +27,6 @@ from cvae.sampling.sampler import Codes, LatentRequest, batch_latents, load_samp
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

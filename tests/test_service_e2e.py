@@ -8,14 +8,12 @@ import threading
 import time
 
 import httpx
-import pytest
 from PIL import Image
 
 from cvae.training.callbacks import Checkpointer
 from cvae.training.loop import train_and_evaluate
 from servers import cvae_server
 
-pytestmark = pytest.mark.slow
 
 
 def test_real_server_serves_pngs_and_swaps_checkpoints_without_failing(tmp_path, trained_run):

@@ -23,6 +23,8 @@ from cvae.sampling.functions import create_decode_fn
 from cvae.training.callbacks import NanGuard
 from cvae.training.loop import train_and_evaluate
 
+pytestmark = pytest.mark.slow  # `make test-slow`, not `make test` (docs/development.md)
+
 LADDER = {"model": "ladder", "stochastic_layers": 2, "upper_latent_dim": 2}
 CONV = {"architecture": "conv", "hidden_sizes": (16,)}
 

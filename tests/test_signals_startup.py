@@ -29,6 +29,8 @@ from servers import children, free_port
 from cvae.training import signals as startup_signals
 from cvae.training.checkpoints import load_checkpoint
 
+pytestmark = pytest.mark.slow  # `make test-slow`, not `make test` (docs/development.md)
+
 LIMIT_S = 120  # each process must have stopped by then, on a loaded machine
 TRAIN = ["--preset", "test", "--no-progress"]
 
