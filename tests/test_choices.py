@@ -85,6 +85,7 @@ def test_a_files_dataset_gives_way_to_the_flag(grey_data, tmp_path, capsys):
     assert 'dataset = "grey"' in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_run_that_chooses_from_the_data_trains(grey_data, tmp_path):
     """The choice measures the machine's speed on JAX's backend: a real `cvae train` process
     joins the distributed runtime (or finds it has none) before that, as JAX requires, and

@@ -75,6 +75,7 @@ def grid_size(tiles: int, cols: int) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_twelve_class_model_is_served_with_its_own_classes(twelve_run, tmp_path):
     """Classes 10 and 11 by index as well as by name, all twelve in one transfer and one
     reading, and a label past the model's classes (or past any model's) refused with its range."""
@@ -121,6 +122,7 @@ def test_a_twelve_class_model_is_served_with_its_own_classes(twelve_run, tmp_pat
             assert refused.json()["detail"][0]["loc"] == ["query", name]
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_two_class_models_block_check_decodes_only_its_two_labels(two_run):
     """`Sampler.check_blocks` (every start-up) runs each function on test rows labelled by the
     model's classes: 0 and 1 here, never a label of MNIST's ten; and keeps what it kept."""

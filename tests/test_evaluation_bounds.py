@@ -61,6 +61,7 @@ def test_the_marginal_check_runs_in_float64_on_float32_bounds():
                                    log_px - 0.002)["ok"]
 
 
+@pytest.mark.slow  # a regression recipe trained then scored: `make test-slow`
 def test_eval_of_a_briefly_trained_checkpoint_gives_finite_sane_bounds(tmp_path, capsys):
     """Issue 44's recipe (`cvae train --train-limit 512 --max-steps 60`, the default model, then
     `cvae eval --iwae-k 10`) on the synthetic digits instead of MNIST (the suite has no MNIST;
@@ -81,6 +82,7 @@ def test_eval_of_a_briefly_trained_checkpoint_gives_finite_sane_bounds(tmp_path,
     assert "check ok" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a regression recipe trained then scored: `make test-slow`
 @pytest.mark.parametrize("codes", ["samples", "means"])
 def test_eval_of_a_briefly_trained_wide_latent_gives_finite_sane_bounds(tmp_path, codes):
     """The same recipe with a 64-dimensional latent, the mixture fitted to posterior draws or

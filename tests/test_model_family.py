@@ -75,6 +75,7 @@ def _params(directory):
     return jax.tree.leaves(load_checkpoint(directory).state.params)
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_test_only_family_trains_resumes_serves_evaluates_and_exports(toy, data_dir, tmp_path):
     from cvae.evaluation.run import EvalOptions, run_eval
     from cvae.export.manifest import verify_folder

@@ -103,6 +103,7 @@ def default_grid(tiles: int, cols: int) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_colour_run_is_served_and_drawn_by_class_name(colour_run, colour_export, tmp_path):
     """The run's checkpoints served by a real uvicorn; `cvae sample --label` on its export
     draws the served bytes (the export draws the run's pixels)."""
@@ -185,6 +186,7 @@ def test_the_export_says_the_shape_channels_and_class_names(colour_export):
     assert png_of((colour_export / "samples.png").read_bytes())[1] == "RGB"
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_the_page_lists_the_classes_and_draws_a_colour_model_in_the_browser(colour_export):
     """The page's class picker holds the served names, and "draw in the browser" runs the
     export's sample.onnx and lays out RGB tiles: its pixels are the server's for its noise."""

@@ -93,6 +93,7 @@ def test_ladder_free_bits_floor_every_layer_and_warm_up_scales_the_kl():
     np.testing.assert_allclose(cold, terms["reconstruction"], rtol=1e-5)
 
 
+@pytest.mark.slow  # the objective and prior matrix: `make test-slow`
 @pytest.mark.parametrize("prior", ["standard", "vamp", "learned_mixture"])
 def test_iwae_and_dreg_share_their_value_and_differ_in_their_gradient(prior):
     model, variables, config = ladder(prior)
@@ -114,6 +115,7 @@ def test_iwae_and_dreg_share_their_value_and_differ_in_their_gradient(prior):
                    for g in jax.tree.leaves(dreg_grad[part]))
 
 
+@pytest.mark.slow  # the objective and prior matrix: `make test-slow`
 @pytest.mark.parametrize("prior", ["vamp", "learned_mixture"])
 def test_a_learned_prior_is_written_in_the_fitted_mixtures_format(prior):
     model, variables, config = ladder(prior)
@@ -141,6 +143,7 @@ def test_the_learned_top_layer_kl_counts_in_the_elbo():
                                rtol=1e-5)
 
 
+@pytest.mark.slow  # the objective and prior matrix: `make test-slow`
 @pytest.mark.parametrize("prior,objective", [("vamp", "elbo"), ("learned_mixture", "dreg")])
 def test_the_one_latent_cvae_learns_its_prior_and_samples_from_it(prior, objective):
     config = presets.test().replace(prior=prior, **SIZES[prior], objective=objective,

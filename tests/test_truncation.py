@@ -108,6 +108,7 @@ def test_cvae_sample_draws_at_the_truncation_asked(trained_run, tmp_path, capsys
     assert not (tmp_path / "bad.png").exists()
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained_run):
     """`cvae serve --truncation Q` (create_app's `truncation`): /sample's bytes are `cvae
     sample --truncation Q`'s, /readyz says Q, and the ETag differs from the run's own drawing,
@@ -127,6 +128,7 @@ def test_cvae_serve_truncation_draws_every_step_at_it_under_its_own_etag(trained
     assert etags[None] != etags[0.3]
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_cvae_export_truncation_exports_the_weights_drawn_at_it(trained_run, data_dir, tmp_path,
                                                                 capsys):
     """`cvae export --truncation Q`: the folder's config says Q, its sampler gives `cvae sample
