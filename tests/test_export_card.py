@@ -46,6 +46,7 @@ def test_the_front_matter_reads_as_a_hub_model_card(exported):
     assert f"jax {manifest['record']['versions']['jax']}" in text.split("## Run record")[1]
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_the_metrics_of_cvae_eval_go_into_model_index(export_runs, data_dir, tmp_path):
     run = export_runs("few-labels").copy_to(tmp_path / "run")
     evaluated = subprocess.run(

@@ -196,6 +196,7 @@ class Untouchable:
         raise AssertionError("training touched the test set (indexing)")
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_semi_supervised_run_records_its_labelled_set_and_resumes_exactly(tmp_path):
     """With the classifier's levers on (virtual adversarial training, entropy minimisation),
     whose random directions come from the step's key like every other draw. The test set is

@@ -116,6 +116,7 @@ def test_bayes_rule_reads_digits_and_the_service_serves_the_ladder(ladder):
         assert reply.status_code == 200 and len(reply.json()["probabilities"]) == 10
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_cvae_eval_scores_a_ladder(ladder, eval_data_dir, tmp_path, capsys):
     run, _ = ladder
     out = tmp_path / "eval.json"

@@ -71,6 +71,7 @@ def test_the_coupling_moves_green_with_red():
     assert best_green(0.5) == pytest.approx(0.2 + alpha * 0.5, abs=1 / 255)
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_model_trains_on_it_and_renders_pixels(tmp_path):
     from cvae.data.synthetic import synthetic_dataset
     from cvae.sampling.sampler import load_sampler
