@@ -18,7 +18,8 @@ from cvae.export.stablehlo import load_stablehlo
 from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import load_sampler, request_latents
 
-KINDS = ("standard", "mixture", "few-labels", "ladder")
+# The ladder is a variant exported end to end: `make test-slow` (docs/development.md).
+KINDS = ("standard", "mixture", "few-labels", pytest.param("ladder", marks=pytest.mark.slow))
 
 
 def files_of(kind: str) -> set[str]:

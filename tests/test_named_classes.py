@@ -171,6 +171,7 @@ def test_a_colour_run_is_served_and_drawn_by_class_name(colour_run, colour_expor
                            ).status_code == 200
 
 
+@pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_the_export_says_the_shape_channels_and_class_names(colour_export):
     facts = {"image_shape": [8, 8, 3], "channels": 3, "class_names": ["cat", "dog", "bird"]}
     config = json.loads((colour_export / "config.json").read_text())
