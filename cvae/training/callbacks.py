@@ -205,6 +205,23 @@ class EarlyStopping(Callback):
                              f"{self.min_delta} for {self.patience} epochs (best {self.best:.3f})")
 
 
+# How long a partial save must stay gone: the save raises at its first failed write while
+# Orbax's other write tasks for the step can still create files in it for a moment.
+PARTIAL_SAVE_SETTLE_S = 0.2
+PARTIAL_SAVE_ATTEMPTS = 25
+
+
+def remove_partial_save(checkpoint_dir: Path, step: int) -> None:
+    """Remove step `step`'s unfinished save until it stays gone (at most 5 s)."""
+    for _ in range(PARTIAL_SAVE_ATTEMPTS):
+        partials = list(checkpoint_dir.glob(f"{step}.orbax-checkpoint-tmp*"))
+        if not partials:
+            return
+        for partial in partials:
+            shutil.rmtree(partial, ignore_errors=True)
+        time.sleep(PARTIAL_SAVE_SETTLE_S)
+
+
 class Checkpointer(Callback):
     """Saves at each evaluated epoch (ranked by validation loss) and, after a stop, at the step
     reached; process 0 then writes the step's config.toml and run record
@@ -235,8 +252,7 @@ class Checkpointer(Callback):
             if "No space left" not in str(error) and getattr(error, "errno", None) != ENOSPC:
                 raise
             previous = self.manager.latest_step()
-            for partial in Path(run.checkpoint_dir).glob(f"{run.step}.orbax-checkpoint-tmp*"):
-                shutil.rmtree(partial, ignore_errors=True)  # give the space back
+            remove_partial_save(Path(run.checkpoint_dir), run.step)  # give the space back
             raise CheckpointError(
                 f"disk full while saving step {run.step} to {run.checkpoint_dir}; the previous "
                 f"checkpoint (step {previous}) is intact: free space and run the same command "
