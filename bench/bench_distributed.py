@@ -73,7 +73,7 @@ def worker(args) -> None:
     result = {"devices": mesh.size, "processes": jax.process_count(), "batch_size": batch,
               "parameters": int(sum(x.size for x in jax.tree.leaves(state.params)))}
     if mesh.size > 1:
-        lowered = chunk.lower(state, images, labels, order, 0, key, num_steps=1)
+        lowered = chunk.jitted.lower(state, images, labels, order, 0, key, num_steps=1)
         result["all_reduce_bytes"], result["all_reduce_ops"] = all_reduce_bytes(
             lowered.compile().as_text())
 

@@ -97,7 +97,7 @@ def all_reduce(config) -> dict:
     images, labels, order = replicate((np.zeros((64, 784), np.uint8), np.zeros(64, np.int32),
                                        epoch_permutation(key, 0, 64)), mesh)
     chunk = create_train_chunk(step, config.run.batch_size, mesh, max_steps=1)
-    hlo = chunk.lower(state, images, labels, order, 0, key, num_steps=1).compile().as_text()
+    hlo = chunk.jitted.lower(state, images, labels, order, 0, key, num_steps=1).compile().as_text()
     return {"all_reduce": all_reduce_bytes(hlo),
             "parameters": sum(x.size for x in jax.tree.leaves(state.params))}
 

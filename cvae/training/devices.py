@@ -70,8 +70,8 @@ def all_reduce_bytes(compiled_hlo: str) -> tuple[int, int]:
     """(bytes, ops) all-reduced by one run of a compiled program, read from its HLO text.
 
     What data parallelism costs in communication per step: pass
-    `train_chunk.lower(..., num_steps=1).compile().as_text()`. Each all-reduce's result shapes
-    are summed (XLA fuses the gradients of all parameters into one tuple all-reduce).
+    `train_chunk.jitted.lower(..., num_steps=1).compile().as_text()`. Each all-reduce's result
+    shapes are summed (XLA fuses the gradients of all parameters into one tuple all-reduce).
     """
     total, ops = 0, 0
     for match in _ALL_REDUCE.finditer(compiled_hlo):

@@ -190,7 +190,7 @@ def train_and_evaluate(config: Config, data: Dataset, checkpoint_dir: str | Path
                                              num_steps=num_steps)
                 step, position = step + num_steps, position + num_steps
                 run.state, run.step = state, step
-                events.emit("step_end", run, jax.device_get(metrics))
+                events.emit("step_end", run, metrics)  # host arrays already
             if run.non_finite or position < steps_per_epoch and step < total_steps:
                 break  # stopped mid-epoch: no evaluation of a half-trained epoch
             if (run.epoch + 1) % config.run.eval_every and step < total_steps and not run.stopping:

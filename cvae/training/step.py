@@ -3,9 +3,9 @@
 All randomness is derived from (seed, step): the step folds its own count into the run's key,
 and each epoch's data order is a permutation keyed by (seed, epoch). A resumed run therefore
 needs no RNG state beyond the step to see the same batches and the same noise.
-The dataset lives on the device; a chunk of `steps_per_call` steps runs inside one `lax.scan`,
-so the host only wakes up to log and checkpoint. The chunk's length is a traced value, so one
-compiled program serves every length (`fused_steps`).
+The dataset lives on the device; a chunk of up to `steps_per_call` steps runs inside one device
+loop, so the host only wakes up to log and checkpoint. The chunk's length is a traced value, so
+one compiled program serves every length (`fused_steps`).
 """
 
 from __future__ import annotations
@@ -235,7 +235,8 @@ def fused_steps(body: Callable, state, num_steps: jax.Array, *, max_steps: int):
 
 def first_rows(train_chunk: Callable, max_steps: int) -> Callable:
     """The jitted chunk as callers use it: `num_steps` checked against `max_steps`, and its
-    metrics cut to the `num_steps` rows that ran, on the host. `.lower` is the jitted one's."""
+    metrics cut to the `num_steps` rows that ran, on the host. `.jitted` is the jitted chunk
+    (to lower it, or count its compiled programs)."""
 
     def run(state, images, labels, order, first, key, num_steps: int):
         if not 1 <= num_steps <= max_steps:
@@ -243,7 +244,6 @@ def first_rows(train_chunk: Callable, max_steps: int) -> Callable:
         state, metrics = train_chunk(state, images, labels, order, first, key, num_steps)
         return state, jax.tree.map(lambda rows: rows[:num_steps], jax.device_get(metrics))
 
-    run.lower = train_chunk.lower
     run.jitted = train_chunk
     return run
 
