@@ -18,7 +18,7 @@ help: ## list the targets with what each does
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-z-]*:[^=]*## / {printf "  %-16s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-.PHONY: help setup web data configs train test test-slow test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu soak docs docs-serve docs-pictures clean
+.PHONY: help setup web data configs train test test-slow test-profile test-kernels kernels-emulated kernels-flags test-torch serve sample eval quality semi likelihood bench torch-cpu gpu results soak docs docs-serve docs-pictures clean
 
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 
@@ -141,6 +141,11 @@ likelihood: data ## the likelihood preset, 2 stages (30 min) -> checkpoints-like
 	$(BIN)/cvae train --preset likelihood --data-dir $(DATA_DIR) --checkpoint-dir $(LIKELIHOOD_DIR) --no-progress
 	$(BIN)/cvae train --preset likelihood-dreg --init-from $(LIKELIHOOD_DIR) --data-dir $(DATA_DIR) --checkpoint-dir $(LIKELIHOOD_DIR)-dreg --no-progress
 	$(BIN)/cvae eval --checkpoint-dir $(LIKELIHOOD_DIR)-dreg --data-dir $(DATA_DIR) --iwae-k 5000 --iwae-k-marginal 10 --json $(LIKELIHOOD_DIR)-dreg/eval.json $(ARGS)
+
+# One table of the Results page rerun: each seed's commands (docs/results_page.py's GROUPS), then
+# its eval JSON into docs/results/ (docs/results_run.py). SEEDS="1" reruns one seed.
+results: data ## rerun a table of the Results page (TABLE=NAME, SEEDS="0 1 2") into docs/results/
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python docs/results_run.py $(TABLE) --seeds "$(SEEDS)"
 
 # The service benchmark drives the server with wrk (Debian's package), installed here if missing.
 bench: data ## the speed benchmarks -> BENCHMARKS.md

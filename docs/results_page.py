@@ -39,10 +39,24 @@ class Figure:
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    files: str  # a glob in docs/results/
-    command: str
+    """A table: the runs of `seeds`, each made by `steps` (shell commands, `{seed}` filled in)
+    whose last writes the eval JSON `output`, kept as docs/results/<prefix>-seed<S>.json."""
+
+    prefix: str
+    steps: tuple[str, ...]
+    output: str
     figures: tuple[Figure, ...]
+    seeds: tuple[int, ...] = (0, 1, 2)
     summary: str = "median"  # or "mean ± sd"
+    cost: str = ""  # what one seed's steps take, measured where it says
+
+    @property
+    def files(self) -> str:
+        return f"{self.prefix}-seed*.json"
+
+    @property
+    def command(self) -> str:
+        return ", then ".join(f"`{step.format(seed='S')}`" for step in self.steps)
 
     def paths(self) -> list[Path]:
         return sorted(RESULTS.glob(self.files))
@@ -69,38 +83,66 @@ Q_Y = (Figure("test error of q(y\\|x)", ("classification", "q_y_given_x", "error
 
 # Each seed trains into a folder of its own: a run resumes where its folder's config matches,
 # and refuses one that does not (docs/checkpoints.md), so seed S never lands in seed 0's run.
+# `make results TABLE=NAME` runs a group's steps (docs/results_run.py).
+DEFAULT_TRAIN = "make train CHECKPOINT_DIR=runs/default-{seed} ARGS='--seed {seed}'"
+PUBLISHED_EVAL = "--iwae-k 5000 --iwae-k-marginal 10"  # the published protocol's bounds
 GROUPS = {
-    "default": Group("default-seed[0-9].json", "`make train CHECKPOINT_DIR=runs/default-S "
-                     "ARGS='--seed S'`, then `make eval CHECKPOINT_DIR=runs/default-S`",
-                     BOUNDS + SAMPLES),
+    "default": Group(
+        "default", (DEFAULT_TRAIN, "make eval CHECKPOINT_DIR=runs/default-{seed}"),
+        "runs/default-{seed}/eval.json", BOUNDS + SAMPLES,
+        cost="on 2 CPU cores about 4 minutes of training and 14 of evaluation (13 of them the "
+             "IWAE bounds); on one H200 49 s of training alone, 4.1 minutes and 2.6 of "
+             "evaluation with 12 runs sharing it"),
     "default-published": Group(
-        "default-published-seed*.json", "`make train CHECKPOINT_DIR=runs/default-S "
-        "ARGS='--seed S'`, then `cvae eval --checkpoint-dir runs/default-S --iwae-k 5000 "
-        "--iwae-k-marginal 10 --no-fidelity`", BOUNDS),
+        "default-published", (DEFAULT_TRAIN, "cvae eval --checkpoint-dir runs/default-{seed} "
+                              f"{PUBLISHED_EVAL} --no-fidelity "
+                              "--json runs/default-{seed}/published.json"),
+        "runs/default-{seed}/published.json", BOUNDS,
+        cost="the default's training (nothing left to do after `default`), then about 10 "
+             "minutes of evaluation on 2 CPU cores (AVX-512), about 1 minute on one H200 "
+             "shared by 12 runs"),
     "likelihood": Group(
-        "likelihood-seed*.json", "`cvae train --preset likelihood --seed S --checkpoint-dir "
-        "runs/likelihood-S`, then `cvae train --preset likelihood-dreg --seed S --init-from "
-        "runs/likelihood-S --checkpoint-dir runs/likelihood-dreg-S`, then `cvae eval "
-        "--checkpoint-dir runs/likelihood-dreg-S --iwae-k 5000 --iwae-k-marginal 10` (what "
-        "`make likelihood` runs for seed 0)", BOUNDS),
-    "conv": Group("conv-seed[0-9].json", "`make train CHECKPOINT_DIR=checkpoints-conv "
-                  "ARGS='--preset conv'`, then `make eval CHECKPOINT_DIR=checkpoints-conv`, on "
-                  "one NVIDIA H200 ([On a GPU](gpu.md))", BOUNDS + SAMPLES),
-    "semi-100": Group("semi-100-seed*.json", "`cvae train --preset semi --seed S "
-                      "--checkpoint-dir runs/semi-S`, then `cvae eval --checkpoint-dir "
-                      "runs/semi-S` (what `make semi` runs for seed 0)", Q_Y, "mean ± sd"),
-    "semi-1000": Group("semi-1000-seed*.json", "`cvae train --preset semi --labels 1000 --seed S "
-                       "--checkpoint-dir runs/semi-1000-S`, then `cvae eval --checkpoint-dir "
-                       "runs/semi-1000-S`", Q_Y, "mean ± sd"),
+        "likelihood", ("cvae train --preset likelihood --seed {seed} --checkpoint-dir "
+                       "runs/likelihood-{seed} --no-progress",
+                       "cvae train --preset likelihood-dreg --seed {seed} --init-from "
+                       "runs/likelihood-{seed} --checkpoint-dir runs/likelihood-dreg-{seed} "
+                       "--no-progress",
+                       f"cvae eval --checkpoint-dir runs/likelihood-dreg-{{seed}} {PUBLISHED_EVAL}"
+                       " --json runs/likelihood-dreg-{seed}/eval.json"),
+        "runs/likelihood-dreg-{seed}/eval.json", BOUNDS,
+        cost="about 30 minutes of training and 7 of evaluation on 2 CPU cores"),
+    "conv": Group(
+        "conv", ("make train CHECKPOINT_DIR=checkpoints-conv ARGS='--preset conv'",
+                 "make eval CHECKPOINT_DIR=checkpoints-conv"),
+        "checkpoints-conv/eval.json", BOUNDS + SAMPLES, seeds=(0,),
+        cost="about 40 minutes of training on 2 CPU cores; on one H200 81 s, and about 75 s "
+             "of evaluation"),
+    "semi-100": Group(
+        "semi-100", ("cvae train --preset semi --seed {seed} --checkpoint-dir runs/semi-{seed} "
+                     "--no-progress",
+                     "cvae eval --checkpoint-dir runs/semi-{seed} "
+                     "--json runs/semi-{seed}/eval.json"),
+        "runs/semi-{seed}/eval.json", Q_Y, summary="mean ± sd",
+        cost="on 2 CPU cores about 4 minutes of training and 14 of evaluation; on one "
+             "H200 2.6 minutes of training with 12 runs sharing it"),
+    "semi-1000": Group(
+        "semi-1000", ("cvae train --preset semi --labels 1000 --seed {seed} --checkpoint-dir "
+                      "runs/semi-1000-{seed} --no-progress",
+                      "cvae eval --checkpoint-dir runs/semi-1000-{seed} "
+                      "--json runs/semi-1000-{seed}/eval.json"),
+        "runs/semi-1000-{seed}/eval.json", Q_Y, summary="mean ± sd",
+        cost="on 2 CPU cores about 4 minutes of training and 14 of evaluation; on one "
+             "H200 2.6 minutes of training with 12 runs sharing it"),
 }
 
 
 def table(name: str) -> str:
     group = GROUPS[name]
-    runs = [json.loads(path.read_text()) for path in group.paths()]
+    paths = group.paths()
+    runs = [json.loads(path.read_text()) for path in paths]
     if not runs:
         raise ValueError(f"results group {name!r}: no files match docs/results/{group.files}")
-    seeds = [str(run.get("seed", run.get("config", {}).get("seed", "?"))) for run in runs]
+    seeds = [path.stem.rsplit("-seed", 1)[1] for path in paths]
     header = f"| figure | {group.summary} | " + " | ".join(f"seed {s}" for s in seeds) + " |"
     rows = [header, "|---|---:|" + "---:|" * len(runs)]
     for figure in group.figures:
@@ -112,7 +154,20 @@ def table(name: str) -> str:
               if recorded else "")
     trained = f"training seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}"
     return ("\n".join(rows) + f"\n\nMade by: {group.command}, {trained}." + source
-            + f" Files: `docs/results/{group.files}`.\n")
+            + cost(runs, group) + f" Files: `docs/results/{group.files}`.\n")
+
+
+def cost(runs: list[dict], group: Group) -> str:
+    """Where the runs ran, from their run records, and what a seed costs."""
+    machines = sorted({machine(run["record"]) for run in runs if "record" in run})
+    where = f" Run on {' and '.join(machines)} (the run records)." if machines else ""
+    return where + (f" Cost: {group.cost}." if group.cost else "")
+
+
+def machine(record: dict) -> str:
+    """The record's accelerator, or its CPU where it ran on the CPU."""
+    kinds = sorted({d["kind"] for d in record.get("devices", []) if d.get("platform") != "cpu"})
+    return ", ".join(f"one {kind}" for kind in kinds) or record.get("cpu", "an unnamed CPU")
 
 
 def summary(name: str, path: str) -> str:

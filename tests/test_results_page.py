@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 sys.path.insert(0, str(DOCS))
 import results_page  # noqa: E402
+import results_run  # noqa: E402
 
 
 def _value(run: dict, path: tuple[str, ...]) -> float:
@@ -63,7 +65,37 @@ def test_the_results_page_has_no_figure_of_ours_written_by_hand():
 
 
 def test_a_group_without_files_fails_the_build_rather_than_rendering_nothing(monkeypatch):
-    empty = results_page.Group("no-such-*.json", "nothing", results_page.BOUNDS)
+    empty = results_page.Group("no-such", ("true",), "nothing.json", results_page.BOUNDS)
     monkeypatch.setitem(results_page.GROUPS, "empty", empty)
     with pytest.raises(ValueError, match="no files match"):
         results_page.table("empty")
+
+
+def _toy_group(tmp_path, record: bool) -> results_page.Group:
+    body = '{{"record": {{"command": ["cvae"]}}}}' if record else '{{"iwae": {{}}}}'
+    return results_page.Group("toy", ("mkdir -p runs/toy-{seed}",
+                                      f"echo '{body}' > runs/toy-{{seed}}/eval.json"),
+                              "runs/toy-{seed}/eval.json", results_page.BOUNDS)
+
+
+def test_make_results_copies_each_seeds_eval_json(tmp_path, monkeypatch):
+    monkeypatch.setitem(results_page.GROUPS, "toy", _toy_group(tmp_path, record=True))
+    monkeypatch.setattr(results_run, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    written = results_run.rerun("toy", (3, 5), cwd=tmp_path)
+    assert [p.name for p in written] == ["toy-seed3.json", "toy-seed5.json"]
+    assert written[1].read_bytes() == (tmp_path / "runs/toy-5/eval.json").read_bytes()
+
+
+def test_make_results_keeps_nothing_without_a_run_record_or_when_a_step_fails(tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.setattr(results_run, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    monkeypatch.setitem(results_page.GROUPS, "toy", _toy_group(tmp_path, record=False))
+    with pytest.raises(SystemExit, match="no run record"):
+        results_run.rerun("toy", (0,), cwd=tmp_path)
+    failing = results_page.Group("toy", ("exit 3",), "x.json", results_page.BOUNDS)
+    monkeypatch.setitem(results_page.GROUPS, "toy", failing)
+    with pytest.raises(subprocess.CalledProcessError):
+        results_run.rerun("toy", (0,), cwd=tmp_path)
+    assert not list((tmp_path / "results").iterdir())
