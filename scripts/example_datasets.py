@@ -10,15 +10,25 @@ the way such a person keeps them (docs/own-images.md):
 - `colour`: 32x32 colour digits made from `load_digits`, seeded: each digit upscaled to a
   random size, tinted a random colour and placed at a random spot on a background of another
   random colour, as an .npz. The colours are synthetic; the digits' shapes are real.
+- `emoji`: the 3,786 64x64 Google (Noto) emoji PNGs of the npm package
+  `emoji-datasource-google@16.0.0` (`npm pack` fetches it; images Apache-2.0, the package MIT),
+  as `train/<category>/` and `test/<category>/` folders of the PNGs as they are, transparent
+  around the figure. The class is `emoji.json`'s `category`; the test set is a seeded fifth of
+  each category's base emoji (`unified`), each with all its skin-tone variants, so that no
+  variant sits on the other side of its base.
 
-Usage: python scripts/example_datasets.py digits|fashion|colour OUT [--limit N] [--seed S]
+Usage: python scripts/example_datasets.py digits|fashion|colour|emoji OUT [--limit N] [--seed S]
+       [--source PATH]
 Then: cvae data --from OUT --name NAME
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +37,15 @@ from PIL import Image
 from cvae.data.idx import (TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
 from cvae.data.prepare import FASHION_MNIST_DEBIAN_DIR
-from cvae.data.specs import FASHION
+from cvae.data.specs import DEFAULT_TEST_FRACTION, FASHION
+from cvae.data.splits import seeded_choice
 
 DIGIT_LEVELS = 16  # load_digits' pixels are 0..16
 COLOUR_SIZE = 32
 DIGIT_SIZES = (16, 28)  # the upscaled digit's side, drawn from this range (inclusive)
 MIN_CONTRAST = 80  # the least mean difference over R, G, B between a tint and its background
+EMOJI_PACKAGE = "emoji-datasource-google-16.0.0.tgz"  # `npm pack emoji-datasource-google@16.0.0`
+EMOJI_IMAGES = "package/img/google/64/"  # in the package: one PNG per emoji and variant
 
 
 def load_digits_uint8() -> tuple[np.ndarray, np.ndarray]:
@@ -103,19 +116,63 @@ def write_colour(out: Path, limit: int | None = None, seed: int = 0) -> Path:
     return out
 
 
+def emoji_files(entries: list[dict]) -> dict[str, list[str]]:
+    """Each base emoji's `unified` code -> the image files of it and its skin-tone variants,
+    for the entries the package has a Google image of."""
+    files = {}
+    for entry in entries:
+        if entry.get("has_img_google"):
+            variants = entry.get("skin_variations", {}).values()
+            files[entry["unified"]] = [entry["image"]] + [
+                v["image"] for v in variants if v.get("has_img_google")]
+    return files
+
+
+def write_emoji(out: Path, package: Path, seed: int = 0, limit: int | None = None) -> Path:
+    """The package's PNGs (`package`: the .tgz of `npm pack`) as train/ and test/ class folders,
+    split by base emoji within each category; `limit`: the first N base emoji of a category."""
+    with tarfile.open(package) as tar:
+        entries = json.load(tar.extractfile("package/emoji.json"))
+        files = emoji_files(entries)
+        by_category = collections.defaultdict(list)
+        for entry in entries:
+            if entry["unified"] in files:
+                by_category[entry["category"]].append(entry["unified"])
+        folders = {}  # image file -> where it goes
+        for category, bases in sorted(by_category.items()):
+            bases = bases[:limit]
+            held_out = max(1, round(DEFAULT_TEST_FRACTION * len(bases)))
+            test = set(seeded_choice(np.arange(len(bases)), held_out, seed=seed).tolist())
+            for index, base in enumerate(bases):
+                split = "test" if index in test else "train"
+                folders.update({name: out / split / category for name in files[base]})
+        for member in tar:  # one pass: a .tgz is read from its start at every seek back
+            name = member.name.removeprefix(EMOJI_IMAGES)
+            if member.name.startswith(EMOJI_IMAGES) and name in folders:
+                folders[name].mkdir(parents=True, exist_ok=True)
+                (folders[name] / name).write_bytes(tar.extractfile(member).read())
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=("digits", "fashion", "colour"))
-    parser.add_argument("out", type=Path, help="the .npz (digits, colour) or folder (fashion)")
-    parser.add_argument("--limit", type=int, help="the first N images only (of each split)")
-    parser.add_argument("--seed", type=int, default=0, help="colour: the colours' seed")
-    parser.add_argument("--source", type=Path, default=FASHION_MNIST_DEBIAN_DIR,
-                        help="fashion: the folder of its IDX files")
+    parser.add_argument("kind", choices=("digits", "fashion", "colour", "emoji"))
+    parser.add_argument("out", type=Path,
+                        help="the .npz (digits, colour) or folder (fashion, emoji)")
+    parser.add_argument("--limit", type=int, help="the first N images only (of each split; "
+                        "emoji: base emoji of each category)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="colour: the colours' seed; emoji: the split's")
+    parser.add_argument("--source", type=Path, help="fashion: the folder of its IDX files "
+                        f"(default {FASHION_MNIST_DEBIAN_DIR}); emoji: the package's .tgz "
+                        f"(default {EMOJI_PACKAGE})")
     args = parser.parse_args(argv)
     if args.kind == "digits":
         write_digits(args.out, args.limit)
     elif args.kind == "fashion":
-        write_fashion(args.out, args.source, args.limit)
+        write_fashion(args.out, args.source or FASHION_MNIST_DEBIAN_DIR, args.limit)
+    elif args.kind == "emoji":
+        write_emoji(args.out, args.source or Path(EMOJI_PACKAGE), args.seed, args.limit)
     else:
         write_colour(args.out, args.limit, args.seed)
     print(f"wrote {args.out}")
