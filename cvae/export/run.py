@@ -27,13 +27,12 @@ from cvae.export.functions import exact_functions, onnx_functions
 from cvae.export.config_file import CONFIG, config_json, spec_facts
 from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
 from cvae.export.weights import WEIGHTS, flatten, load_weights, save_weights
-from cvae.model.store import read_record
+from cvae.model.store import PARTIAL_STEP_SUFFIX, read_record
 from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import request_latents
 from cvae.training.record import cpu_name
 from cvae.data.specs import spec_of
 
-TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's name for a step still being written
 COMMITTED = "_CHECKPOINT_METADATA"  # what Orbax writes into every committed step
 SAMPLES = "samples.png"
 ONNX_ROWS_PER_DIGIT = 1000  # the noise vectors per digit ONNX Runtime is checked on
@@ -90,7 +89,7 @@ def finished_checkpoint(directory: Path, step="latest"):
 
     steps = []
     if directory.is_dir():
-        pending = sorted(p.name for p in directory.iterdir() if TMP_SUFFIX in p.name)
+        pending = sorted(p.name for p in directory.iterdir() if PARTIAL_STEP_SUFFIX in p.name)
         if pending:
             raise CheckpointError(f"{directory} has a checkpoint still being written "
                                   f"({pending[0]}): let the save finish (or training stop), "

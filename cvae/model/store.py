@@ -46,6 +46,8 @@ ITEMS = (STATE, CONFIG, DATASET, METRICS)
 CONFIG_FILE, RECORD_FILE = "config.toml", "record.json"
 # What a damaged, half-deleted or vanished step raises when read.
 READ_ERRORS = (OSError, ValueError, KeyError)
+# Orbax writes a step under `<step>` + this suffix and renames it when the step is whole.
+PARTIAL_STEP_SUFFIX = ".orbax-checkpoint-tmp"
 
 # Training evaluates on the validation split only; its figures are stored as "validation_<term>"
 # and the best step is the lowest validation loss. (Checkpoints from before the split stored

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from cvae.model.store import EVAL_SPLIT
+from cvae.model.store import EVAL_SPLIT, PARTIAL_STEP_SUFFIX
 from cvae.training.checkpoints import create_manager, save_checkpoint
 from cvae.training import processes
 from cvae.training.processes import local_copy
@@ -214,7 +214,7 @@ PARTIAL_SAVE_ATTEMPTS = 25
 def remove_partial_save(checkpoint_dir: Path, step: int) -> None:
     """Remove step `step`'s unfinished save until it stays gone (at most 5 s)."""
     for _ in range(PARTIAL_SAVE_ATTEMPTS):
-        partials = list(checkpoint_dir.glob(f"{step}.orbax-checkpoint-tmp*"))
+        partials = list(checkpoint_dir.glob(f"{step}{PARTIAL_STEP_SUFFIX}*"))
         if not partials:
             return
         for partial in partials:
