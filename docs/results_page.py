@@ -149,11 +149,8 @@ def table(name: str) -> str:
         values = [figure.read(run) for run in runs]
         rows.append(f"| {figure.label} | {group.summarise(values, figure)} | "
                     + " | ".join(figure.show(v) for v in values) + " |")
-    recorded = any("recorded" in run for run in runs)
-    source = (" Transcribed from runs whose JSON was not kept (the files say so)."
-              if recorded else "")
     trained = f"training seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}"
-    return ("\n".join(rows) + f"\n\nMade by: {group.command}, {trained}." + source
+    return ("\n".join(rows) + f"\n\nMade by: {group.command}, {trained}."
             + cost(runs, group) + f" Files: `docs/results/{group.files}`.\n")
 
 

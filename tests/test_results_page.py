@@ -71,6 +71,34 @@ def test_a_group_without_files_fails_the_build_rather_than_rendering_nothing(mon
         results_page.table("empty")
 
 
+def test_every_result_comes_from_a_run_its_table_names():
+    """Each file carries the run record `cvae eval` copies from the checkpoint, and that run was
+    started by one of its table's steps, for the seed in the file's name."""
+    for name, group in results_page.GROUPS.items():
+        steps = [step for step in group.steps if "train" in step]
+        for path in group.paths():
+            run = json.loads(path.read_text())
+            assert "record" in run, f"{path.name}: no run record"
+            seed = int(path.stem.rsplit("-seed", 1)[1])
+            command = run["record"]["command"]
+            assert command[:2] == ["cvae", "train"], path.name
+            wanted = [_words(step.format(seed=seed)) for step in steps]
+            assert any(set(_training_flags(command)) <= set(words) for words in wanted), (
+                path.name, command, wanted)
+
+
+def _words(step: str) -> list[str]:
+    """A step's words, as the run record keeps them (`make train` passes ARGS through)."""
+    words = step.replace("'", " ").replace("=", " ").split()
+    return ["--checkpoint-dir" if w == "CHECKPOINT_DIR" else w for w in words if w != "ARGS"]
+
+
+def _training_flags(command: list[str]) -> list[str]:
+    """A recorded `cvae train` command's own words, less what `make train` adds."""
+    added = {"--data-dir", "data", "cvae", "train"}
+    return [word for word in command if word not in added]
+
+
 def _toy_group(tmp_path, record: bool) -> results_page.Group:
     body = '{{"record": {{"command": ["cvae"]}}}}' if record else '{{"iwae": {{}}}}'
     return results_page.Group("toy", ("mkdir -p runs/toy-{seed}",
