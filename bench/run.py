@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench import (bench_classify, bench_distributed, bench_prepare, bench_startup,
-                   bench_train)
+                   bench_train, hierarchical_step)
 from bench.machine import gemm_gflops, measured_machine
 from bench.machine import markdown as machine_markdown
 from bench.rounds import RATIO_RULE
@@ -224,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick, **(bench_distributed.QUICK if args.quick else {}))
         results["distributed"] = distributed_results
         distributed = bench_distributed.markdown(distributed_results, machine.tag)
+    log("the hierarchical family's step against PyTorch (bench/hierarchical_step.py)")
+    results["hierarchical"] = (hierarchical_step.measure(8, (1, 1), 2, rounds=1, steps=1)
+                               if args.quick else hierarchical_step.measure())
+    hierarchy = hierarchical_step.markdown(results["hierarchical"], machine.tag)
     if args.quick:
         prepare = "_Skipped: --quick (70,000 PNGs take about a minute)._"
     else:
@@ -239,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         header += "\n**Quick mode: tiny model and synthetic data; the numbers are meaningless.**\n"
     text = (header + "\n## Machine\n\n" + machine_markdown(machine) + "\n\n" + READING
             + "\n\n## Training\n\n" + training_markdown(results, machine.tag)
+            + "\n\n### The hierarchical family against PyTorch\n\n" + hierarchy
             + "\n\n## Multi-process training\n\n" + distributed + "\n## Service\n\n"
             + service + "\n\n## Start-up\n\n" + startup
             + "\n\n## Export: ONNX Runtime against the JAX sampler\n\n" + export

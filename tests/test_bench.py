@@ -30,8 +30,8 @@ def test_bench_quick_runs_and_writes_markdown(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     text = out.read_text()
-    for heading in ("## Machine", "## Training", "## Multi-process training", "## Service",
-                    "## Start-up",
+    for heading in ("## Machine", "## Training", "### The hierarchical family against PyTorch",
+                    "## Multi-process training", "## Service", "## Start-up",
                     "## Export: ONNX Runtime against the JAX sampler",
                     "## Targets, and where we fall short"):
         assert heading in text
@@ -47,6 +47,8 @@ def test_bench_quick_runs_and_writes_markdown(tmp_path):
     assert set(results["fused"]) == {"16", "128", "512"}
     assert results["seed_loop_16"] > 0 and results["ideal_examples_per_s"] > 0
     assert results["time_to_quality"]["history"]
+    hierarchy = results["hierarchical"]  # PyTorch's side too where torch is installed
+    assert hierarchy["flops"] > 0 and all(t > 0 for t in hierarchy["seconds"]["cvae (JAX)"])
     # The quick run's model is the `test` preset: encoder 794-32-8, decoder 4-32 + 10-32, 32-784;
     # 2 FLOPs per multiply-add of each Dense kernel.
     assert results["forward_flops_per_example"] == 2 * (794 * 32 + 32 * 8 + 4 * 32 + 10 * 32
