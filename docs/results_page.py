@@ -151,10 +151,10 @@ def table(name: str) -> str:
                     + " | ".join(figure.show(v) for v in values) + " |")
     trained = f"training seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}"
     return ("\n".join(rows) + f"\n\nMade by: {group.command}, {trained}."
-            + cost(runs, group) + f" Files: `docs/results/{group.files}`.\n")
+            + provenance(runs, group) + f" Files: `docs/results/{group.files}`.\n")
 
 
-def cost(runs: list[dict], group: Group) -> str:
+def provenance(runs: list[dict], group: Group) -> str:
     """Where the runs ran, from their run records, and what a seed costs."""
     machines = sorted({machine(run["record"]) for run in runs if "record" in run})
     where = f" Run on {' and '.join(machines)} (the run records)." if machines else ""
