@@ -163,8 +163,11 @@ def test_train_fresh_stopped_as_it_sets_the_previous_run_aside(data_dir, trained
     loop (it stops before or after its first chunk and saves), and the moves are never cut in
     half. Either way exit 0, the previous run whole in its archive, and what is left resumable."""
     checkpoints = trained_run.copy_to(tmp_path / "run")
+    # 50 epochs: a signal sent late by a busy test process still lands before the run's end
+    # (one epoch is a few seconds; a signal during the last chunk or the final save is only
+    # noted, and the run ends as it would have)
     train = started("train", "--data-dir", str(data_dir), "--checkpoint-dir", str(checkpoints),
-                    "--fresh", *TRAIN)
+                    "--fresh", *TRAIN, "--epochs", "50")
     wait_for(lambda: any(checkpoints.glob("replaced-*")), train.process, "set-aside")
     train.process.send_signal(signal.SIGTERM)
     assert train.wait() == 0, train.log()[-3000:]
