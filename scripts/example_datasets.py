@@ -13,9 +13,10 @@ the way such a person keeps them (docs/own-images.md):
 - `emoji`: the 3,786 64x64 Google (Noto) emoji PNGs of the npm package
   `emoji-datasource-google@16.0.0` (`npm pack` fetches it; images Apache-2.0, the package MIT),
   as `train/<category>/` and `test/<category>/` folders of the PNGs as they are, transparent
-  around the figure. The class is `emoji.json`'s `category`; the test set is a seeded fifth of
-  each category's base emoji (`unified`), each with all its skin-tone variants, so that no
-  variant sits on the other side of its base.
+  around the figure. The class is `emoji.json`'s `category`; the test set is a fifth of each
+  category's base emoji (`unified`), chosen as `cvae data` chooses a test set by class
+  (`seeded_test_split`), each with all its skin-tone variants, so that no variant sits on the
+  other side of its base.
 
 Usage: python scripts/example_datasets.py digits|fashion|colour|emoji OUT [--limit N] [--seed S]
        [--source PATH]
@@ -38,7 +39,7 @@ from cvae.data.idx import (TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS,
                            find_idx_files, read_idx)
 from cvae.data.prepare import FASHION_MNIST_DEBIAN_DIR
 from cvae.data.specs import DEFAULT_TEST_FRACTION, FASHION
-from cvae.data.splits import seeded_choice
+from cvae.data.splits import seeded_test_split
 
 DIGIT_LEVELS = 16  # load_digits' pixels are 0..16
 COLOUR_SIZE = 32
@@ -130,22 +131,23 @@ def emoji_files(entries: list[dict]) -> dict[str, list[str]]:
 
 def write_emoji(out: Path, package: Path, seed: int = 0, limit: int | None = None) -> Path:
     """The package's PNGs (`package`: the .tgz of `npm pack`) as train/ and test/ class folders,
-    split by base emoji within each category; `limit`: the first N base emoji of a category."""
+    split by base emoji within each category; `limit`: the first N base emoji of a category (a
+    category of one keeps it for training)."""
     with tarfile.open(package) as tar:
         entries = json.load(tar.extractfile("package/emoji.json"))
         files = emoji_files(entries)
-        by_category = collections.defaultdict(list)
+        bases = collections.defaultdict(list)  # category -> its base emoji
         for entry in entries:
             if entry["unified"] in files:
-                by_category[entry["category"]].append(entry["unified"])
-        folders = {}  # image file -> where it goes
-        for category, bases in sorted(by_category.items()):
-            bases = bases[:limit]
-            held_out = max(1, round(DEFAULT_TEST_FRACTION * len(bases)))
-            test = set(seeded_choice(np.arange(len(bases)), held_out, seed=seed).tolist())
-            for index, base in enumerate(bases):
-                split = "test" if index in test else "train"
-                folders.update({name: out / split / category for name in files[base]})
+                bases[entry["category"]].append(entry["unified"])
+        categories = sorted(bases)
+        kept = [bases[category][:limit] for category in categories]
+        codes = [code for codes_of in kept for code in codes_of]
+        labels = np.repeat(np.arange(len(categories)), [len(codes_of) for codes_of in kept])
+        test = seeded_test_split(labels, DEFAULT_TEST_FRACTION, seed)  # `cvae data`'s own rule
+        folders = {name: out / ("test" if held_out else "train") / categories[label]
+                   for code, label, held_out in zip(codes, labels, test)
+                   for name in files[code]}  # image file -> where it goes
         for member in tar:  # one pass: a .tgz is read from its start at every seek back
             name = member.name.removeprefix(EMOJI_IMAGES)
             if member.name.startswith(EMOJI_IMAGES) and name in folders:

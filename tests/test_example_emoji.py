@@ -35,10 +35,10 @@ def _png(colour: tuple[int, int, int]) -> bytes:
 
 
 def _package(path: Path) -> dict[str, bytes]:
-    """A .tgz like the npm package's: 5 base emoji in 2 categories, 6 skin-tone variants, one
+    """A .tgz like the npm package's: 6 base emoji in 2 categories, 9 skin-tone variants, one
     emoji without a Google image; the PNG bytes by file name."""
     entries, images = [], {}
-    for i in range(5):
+    for i in range(6):
         unified = f"1F60{i}"
         entry = {"unified": unified, "image": f"{unified.lower()}.png", "has_img_google": True,
                  "category": "Smileys & Emotion" if i < 3 else "People & Body"}
@@ -67,7 +67,7 @@ def test_emoji_split_by_base_keeps_variants_with_their_base_and_the_pngs_as_they
     written = {p.name: p for p in out.rglob("*.png")}
     assert sorted(written) == sorted(images)  # the emoji without a Google image is left out
     assert all(written[name].read_bytes() == data for name, data in images.items())
-    for base in ("1f603", "1f604"):  # each variant on its base's side, in its category
+    for base in ("1f603", "1f604", "1f605"):  # each variant on its base's side, in its category
         sides = {written[n].parent for n in written if n.startswith(base)}
         assert len(sides) == 1 and sides.pop().name == "People & Body"
     for category in ("Smileys & Emotion", "People & Body"):
@@ -83,7 +83,7 @@ def test_emoji_prepare_lays_transparency_over_white(tmp_path):
     folder = prepare_own(out, "emoji", tmp_path / "data", log=lambda _: None,
                          warn=lambda _: None, progress=False)
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["channels"] == 3 and manifest["background"]["transparent"] == 11
+    assert manifest["channels"] == 3 and manifest["background"]["transparent"] == 15
     pixels = np.load(folder / "train_images.npy")
     assert pixels.shape[1:] == (64, 64, 3)
     assert (pixels[:, 0, 0] == 255).all()  # the corners were transparent black

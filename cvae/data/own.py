@@ -25,7 +25,7 @@ changes only when preparation succeeds.
   LAB to L say, through RGB).
 - Split: the source's own (train/ and test/ folders, IDX files), or else, in each class, the
   `--test-fraction` of its images whose hash of (--seed, index) is lowest
-  (`cvae.data.splits.seeded_choice`); every class keeps a training image.
+  (`cvae.data.splits.seeded_test_split`); every class keeps a training image.
 No JAX here.
 """
 
@@ -51,7 +51,7 @@ from cvae.data.idx import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS
 from cvae.data.memory import check_fits
 from cvae.data.prepare import Log
 from cvae.data.sources import GREY_MODES, Source, check_classes, open_source
-from cvae.data.splits import seeded_choice
+from cvae.data.splits import seeded_test_split
 from cvae.errors import DataError
 
 RESIZE_FILTER = Image.Resampling.LANCZOS
@@ -61,7 +61,6 @@ DEFAULT_BACKGROUND = "white"
 ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
 MODES = {1: "L", 3: "RGB"}  # channels -> the Pillow mode images are converted to
 CHANNELS = {mode: channels for channels, mode in MODES.items()}
-_TEST_SALT = 0x7E57_5E7  # the test split's hash is not the validation split's
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _COPY_ROWS = 4096  # images copied at once when an array source needs no conversion
 
@@ -146,15 +145,6 @@ def _check_target(data_dir: Path, name: str) -> Path:
     return target
 
 
-def _seeded_split(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    test = np.zeros(len(labels), bool)
-    for label in np.unique(labels):
-        members = np.flatnonzero(labels == label)
-        count = min(round(len(members) * fraction), len(members) - 1)
-        test[seeded_choice(members, count, seed=seed, salt=_TEST_SALT)] = True
-    return test
-
-
 def _first_colour(source: Source, rows: np.ndarray, background: tuple[int, int, int], *,
                   progress: bool) -> int | None:
     """The first of `rows` (images in a colour mode) whose pixels, composited onto
@@ -210,7 +200,7 @@ def plan(source: Source, *, image_size: tuple[int, int] | None, channels: int | 
     if source.test is not None:
         test, split = source.test, {"rule": f"the source's own ({source.kind})"}
     else:
-        test = _seeded_split(source.labels, test_fraction, seed)
+        test = seeded_test_split(source.labels, test_fraction, seed)
         split = {"rule": "per class, the test fraction of its images whose hash of (seed, "
                          "index) is lowest", "test_fraction": test_fraction, "seed": seed}
     return Plan(tuple(size), MODES[channels], test, rule, split, tuple(background), mode_rule,

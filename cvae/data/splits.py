@@ -76,6 +76,21 @@ def seeded_choice(indices: np.ndarray, count: int, *, seed: int, salt: int = 0) 
     return np.sort(indices[np.argsort(keys, kind="stable")[:count]])
 
 
+# Salts the test split's hash (a prepared data set's), so it is not the validation choice's.
+TEST_SALT = 0x7E57_5E7
+
+
+def seeded_test_split(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """bool[N]: in each class, the `fraction` of its members whose hash of (seed, index) is
+    lowest, rounded, and never all of them (every class keeps a training member)."""
+    test = np.zeros(len(labels), bool)
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        count = min(round(len(members) * fraction), len(members) - 1)
+        test[seeded_choice(members, count, seed=seed, salt=TEST_SALT)] = True
+    return test
+
+
 def training_size(num_examples: int, config: Config) -> int:
     """How many of a training file's `num_examples` the model trains on."""
     trained = num_examples - config.data.validation_size
