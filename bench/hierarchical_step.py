@@ -7,31 +7,33 @@ FLOP bound at this machine's matrix rate.
 
 One Adam step at batch 128 of 28x28 binary images (Bernoulli), the negative ELBO with every
 group's KL in closed form and the code's against N(0, I). Each round times `--steps` steps of
-each side, interleaved; the figures are medians of the rounds. The FLOPs are XLA's count of
-the compiled JAX step; the bound is that count at `cvae.training.choices.matrix_rate()`.
+each side, interleaved (`bench.rounds`); the times are medians of the rounds, the ratio the
+median of the per-round ratios. The FLOPs are XLA's count of the compiled JAX step; the bound is
+that count at the machine's matrix rate (`bench.machine.gemm_gflops`).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bench.machine import gemm_gflops
+from bench.rounds import RATIO_RULE, interleaved, median_ratio, timed
 from cvae.config import presets
 from cvae.model import hierarchical
 from cvae.model.registry import create_model, init_variables
-from cvae.training.choices import matrix_rate
 
 BATCH, SIDE, CLASSES = 128, 28, 10
 
 
 def jax_step(config, images: np.ndarray, labels: np.ndarray):
-    """(step, inputs, XLA's FLOPs of a step): jitted (params, opt_state, images) -> same."""
+    """(step, inputs, XLA's FLOPs of a step): jitted (params, opt_state, images, key) ->
+    (params, opt_state)."""
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     optimizer = optax.adam(1e-3)
@@ -152,37 +154,38 @@ def torch_step(options, images: np.ndarray, labels: np.ndarray):
 
 def measure(width: int = 32, depths: tuple[int, ...] = (1, 2, 2), latent_channels: int = 4, *,
             rounds: int = 5, steps: int = 3) -> dict:
-    """Seconds a step of each side, each round (PyTorch's left out when torch is missing),
-    XLA's FLOPs of a step and the matrix rate."""
+    """Seconds a step of each side, each interleaved round (PyTorch's left out when torch is
+    missing), XLA's FLOPs of a step and the matrix rate."""
     config = presets.default().replace(model="hierarchical", width=width, depths=depths,
                                        latent_channels=latent_channels, prior="standard")
     rng = np.random.default_rng(0)
     images = (rng.random((BATCH, SIDE * SIDE)) < 0.2).astype(np.float32)
     labels = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-    ours, inputs, flops = jax_step(config, images, labels)
-    state = jax.block_until_ready(ours(*inputs))
-    sides = {"cvae (JAX)": None}
+    step, inputs, flops = jax_step(config, images, labels)
+    params, opt_state, x, key = inputs
+    state = jax.block_until_ready(step(params, opt_state, x, key))
+
+    def ours():
+        nonlocal state
+        for _ in range(steps):
+            state = step(*state, x, key)
+        jax.block_until_ready(state)
+
+    sides = {"cvae (JAX)": ours}
     try:
-        sides["PyTorch"] = torch_step(config.model.options, images, labels)
+        theirs = torch_step(config.model.options, images, labels)
+        sides["PyTorch"] = lambda: [theirs() for _ in range(steps)]
     except ImportError:
         pass
-    times = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, theirs in sides.items():
-            start = time.perf_counter()
-            for _ in range(steps):
-                if theirs is None:
-                    state = ours(*state, inputs[2], inputs[3])
-                else:
-                    theirs()
-            jax.block_until_ready(state)
-            times[name].append((time.perf_counter() - start) / steps)
+    times = interleaved({name: timed(run) for name, run in sides.items()}, rounds)
     return {"width": width, "depths": depths, "latent_channels": latent_channels,
-            "flops": flops, "gflops": matrix_rate(), "seconds": times}
+            "flops": flops, "gflops": gemm_gflops(),
+            "seconds": {name: [t / steps for t in values] for name, values in times.items()}}
 
 
 def markdown(results: dict, tag: str) -> str:
     bound = results["flops"] / (results["gflops"] * 1e9)
+    seconds = results["seconds"]
     lines = [f"One Adam step of `--model hierarchical --width {results['width']} --depths "
              f"{','.join(map(str, results['depths']))} --latent-channels "
              f"{results['latent_channels']}` at batch {BATCH} ({tag}): "
@@ -191,15 +194,14 @@ def markdown(results: dict, tag: str) -> str:
              "with channels-last convolutions (`python -m bench.hierarchical_step`).", "",
              "| side | ms a step (median) | images/s | share of the bound | rounds (ms) |",
              "|---|---:|---:|---:|---|"]
-    medians = {}
-    for name, values in results["seconds"].items():
-        medians[name] = statistics.median(values)
-        lines.append(f"| {name} | {1e3 * medians[name]:.0f} | {BATCH / medians[name]:.0f} | "
-                     f"{100 * bound / medians[name]:.0f}% | "
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        lines.append(f"| {name} | {1e3 * median:.0f} | {BATCH / median:.0f} | "
+                     f"{100 * bound / median:.0f}% | "
                      f"{', '.join(f'{1e3 * v:.0f}' for v in values)} |")
-    if "PyTorch" in medians:
-        lines += ["", f"cvae's step takes {medians['cvae (JAX)'] / medians['PyTorch']:.2f}x "
-                      "PyTorch's."]
+    if "PyTorch" in seconds:
+        ratio = median_ratio(seconds["cvae (JAX)"], seconds["PyTorch"])
+        lines += ["", f"cvae's step takes {ratio:.2f}x PyTorch's ({RATIO_RULE})."]
     else:
         lines += ["", "_PyTorch not installed (`make torch-cpu`): cvae's side only._"]
     return "\n".join(lines)
