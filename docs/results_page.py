@@ -54,6 +54,14 @@ class Group:
     def files(self) -> str:
         return f"{self.prefix}-seed*.json"
 
+    def result(self, seed: int) -> Path:
+        """Where seed `seed`'s eval JSON is kept."""
+        return RESULTS / f"{self.prefix}-seed{seed}.json"
+
+    @staticmethod
+    def seed_of(path: Path) -> str:
+        return path.stem.rsplit("-seed", 1)[1]
+
     @property
     def command(self) -> str:
         return ", then ".join(f"`{step.format(seed='S')}`" for step in self.steps)
@@ -142,7 +150,7 @@ def table(name: str) -> str:
     runs = [json.loads(path.read_text()) for path in paths]
     if not runs:
         raise ValueError(f"results group {name!r}: no files match docs/results/{group.files}")
-    seeds = [path.stem.rsplit("-seed", 1)[1] for path in paths]
+    seeds = [group.seed_of(path) for path in paths]
     header = f"| figure | {group.summary} | " + " | ".join(f"seed {s}" for s in seeds) + " |"
     rows = [header, "|---|---:|" + "---:|" * len(runs)]
     for figure in group.figures:

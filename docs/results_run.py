@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from results_page import GROUPS, RESULTS
+from results_page import GROUPS
 
 
 def rerun(name: str, seeds: tuple[int, ...], *, cwd: Path) -> list[Path]:
@@ -32,7 +32,7 @@ def rerun(name: str, seeds: tuple[int, ...], *, cwd: Path) -> list[Path]:
         if "record" not in results:
             raise SystemExit(f"{output}: no run record, so not a result (cvae eval copies "
                              "the checkpoint's run record into its JSON)")
-        target = RESULTS / f"{group.prefix}-seed{seed}.json"
+        target = group.result(seed)
         shutil.copyfile(output, target)
         print(f"results {name}, seed {seed}: {target}", flush=True)
         written.append(target)

@@ -18,8 +18,8 @@ from cvae.export.stablehlo import load_stablehlo
 from cvae.sampling.grid import _to_uint8
 from cvae.sampling.sampler import load_sampler, request_latents
 
-# The ladder is a variant exported end to end: `make test-slow` (docs/development.md).
-# A variant's export is a journey of its own: `make test-slow` (docs/development.md).
+# A variant's export (the few-label model's, the ladder's) is a journey of its own:
+# `make test-slow` (docs/development.md).
 FEW_LABELS = pytest.param("few-labels", marks=pytest.mark.slow)
 KINDS = ("standard", "mixture", FEW_LABELS, pytest.param("ladder", marks=pytest.mark.slow))
 

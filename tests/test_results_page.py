@@ -79,7 +79,7 @@ def test_every_result_comes_from_a_run_its_table_names():
         for path in group.paths():
             run = json.loads(path.read_text())
             assert "record" in run, f"{path.name}: no run record"
-            seed = int(path.stem.rsplit("-seed", 1)[1])
+            seed = int(group.seed_of(path))
             command = run["record"]["command"]
             assert command[:2] == ["cvae", "train"], path.name
             wanted = [_words(step.format(seed=seed)) for step in steps]
@@ -99,7 +99,7 @@ def _training_flags(command: list[str]) -> list[str]:
     return [word for word in command if word not in added]
 
 
-def _toy_group(tmp_path, record: bool) -> results_page.Group:
+def _toy_group(record: bool) -> results_page.Group:
     body = '{{"record": {{"command": ["cvae"]}}}}' if record else '{{"iwae": {{}}}}'
     return results_page.Group("toy", ("mkdir -p runs/toy-{seed}",
                                       f"echo '{body}' > runs/toy-{{seed}}/eval.json"),
@@ -107,8 +107,8 @@ def _toy_group(tmp_path, record: bool) -> results_page.Group:
 
 
 def test_make_results_copies_each_seeds_eval_json(tmp_path, monkeypatch):
-    monkeypatch.setitem(results_page.GROUPS, "toy", _toy_group(tmp_path, record=True))
-    monkeypatch.setattr(results_run, "RESULTS", tmp_path / "results")
+    monkeypatch.setitem(results_page.GROUPS, "toy", _toy_group(record=True))
+    monkeypatch.setattr(results_page, "RESULTS", tmp_path / "results")
     (tmp_path / "results").mkdir()
     written = results_run.rerun("toy", (3, 5), cwd=tmp_path)
     assert [p.name for p in written] == ["toy-seed3.json", "toy-seed5.json"]
@@ -117,9 +117,9 @@ def test_make_results_copies_each_seeds_eval_json(tmp_path, monkeypatch):
 
 def test_make_results_keeps_nothing_without_a_run_record_or_when_a_step_fails(tmp_path,
                                                                                 monkeypatch):
-    monkeypatch.setattr(results_run, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(results_page, "RESULTS", tmp_path / "results")
     (tmp_path / "results").mkdir()
-    monkeypatch.setitem(results_page.GROUPS, "toy", _toy_group(tmp_path, record=False))
+    monkeypatch.setitem(results_page.GROUPS, "toy", _toy_group(record=False))
     with pytest.raises(SystemExit, match="no run record"):
         results_run.rerun("toy", (0,), cwd=tmp_path)
     failing = results_page.Group("toy", ("exit 3",), "x.json", results_page.BOUNDS)
