@@ -53,6 +53,22 @@ def test_the_split_fits_the_data_and_the_epochs_the_time():
     assert slow.changes["run.epochs"] == 1 and "at most 30 minutes" in slow.reasons[-1]
 
 
+def test_a_resumed_run_keeps_the_epochs_it_chose_whatever_the_speed_now():
+    """A stopped run, resumed on a machine that is now faster (or busier), ends where it would
+    have; a folder holding another run (here another seed) does not lend its epochs."""
+    config = presets.default()
+    started = choose(config, grey_profile(), given=set(), gemm_gflops=50.0)
+    stored = config.updated(started.changes)
+    resumed = choose(config, grey_profile(), given=set(), gemm_gflops=400.0, resumed=stored)
+    fresh = choose(config, grey_profile(), given=set(), gemm_gflops=400.0)
+    assert resumed.changes["run.epochs"] == started.changes["run.epochs"]
+    assert "those of the run it resumes" in resumed.reasons[-1]
+    assert fresh.changes["run.epochs"] > started.changes["run.epochs"]
+    other = choose(config, grey_profile(), given=set(), gemm_gflops=400.0,
+                   resumed=stored.updated({"run.seed": 5}))
+    assert other == fresh
+
+
 @pytest.fixture
 def grey_data(tmp_path):
     rng = np.random.default_rng(0)

@@ -193,10 +193,14 @@ def chosen_from_data(args, config: Config, data):
         return config, Choices({}, ())
     from cvae.data.profile import profile
 
+    from cvae.training.start import stored_config
+
     given = given_paths(args)
     if args.preset not in (None, "default"):  # a preset is measured as a whole
         given |= set(flat.all_leaves(Config))
-    choices = choose(config, profile(data.train_images, data.train_labels), given=given)
+    resumed = None if args.fresh else stored_config(args.checkpoint_dir)
+    choices = choose(config, profile(data.train_images, data.train_labels), given=given,
+                     resumed=resumed)
     return config.updated(choices.changes).validate(), choices
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import math
 import time
 
-from cvae.config.sections import Config
+from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.data.profile import DataProfile
 from cvae.model.registry import noise_dim
 
@@ -47,9 +47,11 @@ class Choices:
 
 
 def choose(config: Config, data: DataProfile, *, given: set[str],
-           gemm_gflops: float | None = None) -> Choices:
+           gemm_gflops: float | None = None, resumed: Config | None = None) -> Choices:
     """The settings of `SETTINGS` that `given` (paths set by a preset, a file or a flag) does
-    not hold, chosen for `data`; `gemm_gflops` measured if None and needed."""
+    not hold, chosen for `data`; `gemm_gflops` measured if None and needed. A run that resumes
+    (`resumed`: the config of the checkpoint it continues) keeps the epochs it chose when it
+    started, whatever the machine's speed now: a stopped run ends where it would have."""
     changes, reasons = {}, []
     binary = data.channels == 1 and data.between_share <= NEARLY_BINARY
     share = f"{100 * data.between_share:.0f}% of pixel values between the ends"
@@ -69,7 +71,14 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
             reasons.append(f"validation  {size} images: a tenth of the {data.images}")
     chosen = config.updated(changes)
     flops = epoch_flops(chosen, data, data.images - chosen.data.validation_size)
-    if "run.epochs" not in given and flops > 0:
+    if resumed is not None and set(resumed.diff(chosen)) - set(RESUMABLE_CHANGES):
+        resumed = None  # another run's folder: training will refuse it, so choose as if fresh
+    if "run.epochs" not in given and flops > 0 and resumed is not None:
+        changes["run.epochs"] = resumed.run.epochs
+        changes["run.eval_every"] = resumed.run.eval_every
+        reasons.append(f"epochs      {resumed.run.epochs}: those of the run it resumes, "
+                       "chosen when it started")
+    elif "run.epochs" not in given and flops > 0:
         rate = gemm_gflops or matrix_rate()
         seconds = flops / (rate * 1e9 * STEP_EFFICIENCY)
         epochs = max(1, min(config.run.epochs, math.floor(TIME_BUDGET_SECONDS / seconds)))

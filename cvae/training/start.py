@@ -46,6 +46,20 @@ def schedule_span(config: Config) -> int:
     return config.optimizer.schedule_epochs or config.run.epochs
 
 
+def stored_config(checkpoint_dir: str | Path) -> Config | None:
+    """The config of `checkpoint_dir`'s newest readable checkpoint; None where it holds none."""
+    checkpoint_dir = Path(checkpoint_dir)
+    if not checkpoint_dir.is_dir():
+        return None
+    manager = store.open_read_only(checkpoint_dir)
+    try:
+        found = store.restore_newest_readable(
+            manager, lambda step: store.read_config(manager, step))
+    finally:
+        manager.close()
+    return None if found is None else found[1]
+
+
 def keep_schedule_span(checkpoint_dir: str | Path, config: Config) -> Config:
     """`config` with the schedule span of the run it resumes, so the rate never jumps.
 
@@ -54,18 +68,10 @@ def keep_schedule_span(checkpoint_dir: str | Path, config: Config) -> Config:
     with, and epochs past it train at the schedule's final rate. An explicit --schedule-epochs
     that differs from the run's span is refused: it would make the rate jump.
     """
-    checkpoint_dir = Path(checkpoint_dir)
-    if not checkpoint_dir.is_dir():
+    stored = stored_config(checkpoint_dir)
+    if stored is None or schedule_span(stored) == schedule_span(config):
         return config
-    manager = store.open_read_only(checkpoint_dir)
-    try:
-        found = store.restore_newest_readable(
-            manager, lambda step: store.read_config(manager, step))
-    finally:
-        manager.close()
-    if found is None or schedule_span(found[1]) == schedule_span(config):
-        return config
-    stored, span = found[1], schedule_span(found[1])
+    span = schedule_span(stored)
     if config.optimizer.schedule_epochs:
         raise ResumeError(
             f"{checkpoint_dir} holds a run whose learning-rate schedule spans {span} epochs; "
