@@ -19,10 +19,13 @@ import results_page  # noqa: E402
 import results_run  # noqa: E402
 
 
-def _value(run: dict, path: tuple[str, ...]) -> float:
-    for key in path:
-        run = run[key]
-    return float(run)
+def _value(run: dict, figure) -> float:
+    def at(path):
+        value = run
+        for key in path:
+            value = value[key]
+        return float(value)
+    return at(figure.path) / at(figure.over) if figure.over else at(figure.path)
 
 
 def _shown(value: float, figure) -> str:
@@ -39,7 +42,7 @@ def test_every_cell_of_a_results_table_is_its_json(name):
     assert len(rows) == len(group.figures)
     for row, figure in zip(rows, group.figures, strict=True):
         cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]]
-        values = [_value(run, figure.path) for run in runs]
+        values = [_value(run, figure) for run in runs]
         assert cells[0] == figure.label
         assert cells[2:] == [_shown(v, figure) for v in values]
         if group.summary == "median":

@@ -85,7 +85,8 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
         if epochs != config.run.epochs:
             changes["run.epochs"] = epochs
             changes["run.eval_every"] = max(1, epochs // 14)
-        reasons.append(f"epochs      {epochs}: about {epochs * seconds / 60:.0f} minutes at "
+        minutes = round(epochs * seconds / 60)
+        reasons.append(f"epochs      {epochs}: about {minutes} minute{'s' * (minutes != 1)} at "
                        f"this machine's {rate:.0f} GFLOP/s (at most "
                        f"{TIME_BUDGET_SECONDS // 60} minutes, at most {config.run.epochs})")
     return Choices(changes, tuple(reasons))
