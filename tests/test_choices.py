@@ -10,7 +10,7 @@ import pytest
 from cvae.cli.main import main
 from cvae.config import presets
 from cvae.data.profile import DataProfile, profile
-from cvae.training.choices import NEARLY_BINARY, choose
+from cvae.training.choices import MIXTURE_SHARPNESS, NEARLY_BINARY, choose
 
 
 def grey_profile(images: int = 60000, between: float = 0.5, channels: int = 1) -> DataProfile:
@@ -34,6 +34,10 @@ def test_grey_levels_get_the_logistic_mixture_and_binary_ink_the_bernoulli():
     grey = choose(config, grey_profile(), given=set(), gemm_gflops=400.0)
     assert grey.changes["likelihood.name"] == "logistic_mixture"
     assert grey.reasons[0].startswith("likelihood  logistic_mixture")
+    assert grey.changes["drawing.pixel_sharpness"] == MIXTURE_SHARPNESS  # the mixture's render
+    sharpness_given = choose(config, grey_profile(), given={"drawing.pixel_sharpness"},
+                             gemm_gflops=400.0)
+    assert "drawing.pixel_sharpness" not in sharpness_given.changes
     ink = choose(config, grey_profile(between=NEARLY_BINARY / 2), given=set(),
                  gemm_gflops=400.0)
     assert "likelihood.name" not in ink.changes

@@ -71,6 +71,24 @@ def test_the_coupling_moves_green_with_red():
     assert best_green(0.5) == pytest.approx(0.2 + alpha * 0.5, abs=1 / 255)
 
 
+def test_sharpness_renders_the_mean_at_1_and_leans_to_the_likeliest_component_above():
+    """Two grey components at 0.2 (weight 0.7) and 0.9 (weight 0.3): sharpness 1 renders the
+    mixture's mean, 0.41; sharpness s weighs them 0.7^s : 0.3^s, so 10 renders nearly 0.2."""
+    options = MixtureOptions(mixture_components=2)
+    logits = jnp.log(jnp.array([0.7, 0.3]))
+    means = jnp.array([0.2, 0.9])
+    outputs = jnp.concatenate([logits, means, jnp.array([-3.0, -3.0])])  # one location
+
+    def rendered(sharpness):
+        return float(LogisticMixture.means(outputs, sharpness, options=options, channels=1)[0])
+
+    assert rendered(1.0) == pytest.approx(0.7 * 0.2 + 0.3 * 0.9, abs=1e-6)
+    weights = jnp.array([0.7, 0.3]) ** 10
+    assert rendered(10.0) == pytest.approx(float((weights * means).sum() / weights.sum()),
+                                           abs=1e-6)
+    assert rendered(10.0) < 0.21
+
+
 @pytest.mark.slow  # a variant's journey end to end: `make test-slow`
 def test_a_model_trains_on_it_and_renders_pixels(tmp_path):
     from cvae.data.synthetic import synthetic_dataset

@@ -206,8 +206,11 @@ class DrawingSection:
               "Sampling only: training and the bounds never see it.", low=0, high=1,
         open_low=True)
     pixel_sharpness: float = setting(
-        1.3, "Images are sigmoid(s * pixel logits): the Bernoulli decoder at temperature 1/s "
-             "(1 = its means). Rendering only: training and the bounds never see it.", low=0,
+        1.3, "The decoder rendered at temperature 1/s (1 = its means): a Bernoulli's images are "
+             "sigmoid(s * pixel logits); a logistic mixture weighs each pixel's components by "
+             "their weights to the power s, so a large s draws a pixel from its likeliest "
+             "component instead of blending its modes into grey. Rendering only: training and "
+             "the bounds never see it.", low=0,
         high=10, open_low=True)
 
 

@@ -151,11 +151,14 @@ class LogisticMixture:
 
     @staticmethod
     def means(outputs: jax.Array, sharpness: float, *, options, channels: int) -> jax.Array:
-        """The mixture's expected intensities, each channel coupled to the components' own
-        means of the channels before it; clipped to [0, 1] (sharpness does not apply)."""
+        """The mixture's expected intensities at sharpness 1, each channel coupled to the
+        components' own means of the channels before it; clipped to [0, 1]. Sharpness s
+        weighs the components by their weights to the power s (renormalised): above 1 a pixel
+        leans to its likeliest component instead of blending modes into grey (rendering only)."""
         weights, means, _, coupling = _mixture_parameters(outputs, options, channels)
         means = _coupled(means, coupling, jnp.clip(means, 0.0, 1.0))
-        mean = jnp.sum(jax.nn.softmax(weights, axis=-1)[..., None] * means, axis=-2)
+        mean = jnp.sum(jax.nn.softmax(sharpness * weights, axis=-1)[..., None] * means,
+                       axis=-2)
         return jnp.clip(mean, 0.0, 1.0).reshape(*mean.shape[:-2], -1)
 
 
