@@ -180,6 +180,9 @@ GROUPS = {
         "runs/semi-1000-{seed}/eval.json", Q_Y, summary="mean ± sd",
         cost="on 2 CPU cores about 4 minutes of training and 14 of evaluation; on one "
              "H200 2.6 minutes of training with 12 runs sharing it"),
+    "fashion": own_group("fashion", "fashion_mnist", (),
+                         cost="on 2 CPU cores about 30 minutes of training (the chosen "
+                              "epochs aim at it) and 2 of evaluation"),
     "digits": own_group("digits", "digits", (
         "python scripts/example_datasets.py digits runs/digits.npz",
         "cvae data --from runs/digits.npz --name digits"),
