@@ -7,7 +7,7 @@ kept in the run record and shown by `--print-config`.
 - Likelihood: nearly binary grey images (few pixels between the ends of the scale, as MNIST's
   ink on paper) get the Bernoulli over binarised pixels; grey-level and colour images get the
   discretised logistic mixture over the 256 levels (PixelCNN++'s).
-- Sharpness, for the mixture: each pixel rendered from near its likeliest component
+- Sharpness, where it chooses the mixture: each pixel rendered from near its likeliest component
   (`MIXTURE_SHARPNESS`), not the mixture's mean, which blends a pixel's modes into grey.
 - Validation: a tenth of the training images, at most the default's 1,000 and at least one.
 - Epochs: as many as fit `TIME_BUDGET_SECONDS` at this machine's measured matrix rate and the
@@ -67,14 +67,13 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
         kind = "colour" if data.channels == 3 else "grey-level"
         reasons.append(f"likelihood  logistic_mixture, {MIXTURE_COMPONENTS} components: "
                        f"{kind} images ({share}); a Bernoulli needs nearly binary ones")
+        if "drawing.pixel_sharpness" not in given:  # the chosen mixture's rendering
+            changes["drawing.pixel_sharpness"] = MIXTURE_SHARPNESS
+            reasons.append(f"sharpness   {MIXTURE_SHARPNESS:g}: each pixel drawn from near its "
+                           "likeliest component, not a blend of them (rendering only)")
     elif "likelihood.name" not in given:
         reasons.append(f"likelihood  {config.likelihood.name}: nearly binary grey images "
                        f"({share})")
-    mixture = changes.get("likelihood.name", config.likelihood.name) == "logistic_mixture"
-    if mixture and "drawing.pixel_sharpness" not in given:
-        changes["drawing.pixel_sharpness"] = MIXTURE_SHARPNESS
-        reasons.append(f"sharpness   {MIXTURE_SHARPNESS:g}: each pixel drawn from near its "
-                       "likeliest component, not a blend of them (rendering only)")
     if "data.validation_size" not in given:
         size = max(1, min(config.data.validation_size, data.images // 10))
         if size != config.data.validation_size:
