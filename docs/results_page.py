@@ -193,7 +193,7 @@ GROUPS = {
         "--source runs/emoji-datasource-google-16.0.0.tgz",
         "cvae data --from runs/emoji --name emoji"),
         cost="on 2 CPU cores 30 to 50 minutes of training (the chosen epochs' estimate counts "
-        "matrix products only, which on 64x64 colour is about half of a step) and about 30 "
+        "matrix products only, which on 64x64 colour are less than half of a step) and about 30 "
         "of evaluation the first time, most of it training the set's classifier (then kept)"),
 }
 
