@@ -187,6 +187,10 @@ GROUPS = {
         "python scripts/example_datasets.py digits runs/digits.npz",
         "cvae data --from runs/digits.npz --name digits"),
         cost="on 2 CPU cores about 2 minutes of training and 1 of evaluation"),
+    "colour": own_group("colour", "colour", (
+        "python scripts/example_datasets.py colour runs/colour.npz",
+        "cvae data --from runs/colour.npz --name colour"),
+        cost="on 2 CPU cores about 25 minutes of training and 5 of evaluation"),
     "emoji": own_group("emoji", "emoji", (
         "npm pack --pack-destination runs emoji-datasource-google@16.0.0",
         "python scripts/example_datasets.py emoji runs/emoji "
