@@ -32,6 +32,7 @@ import numpy as np
 
 from cvae.data.pixels import to_unit
 from cvae.model.binarization import binarize
+from cvae.model.chi_quantile import chi_quantile
 from cvae.model.densities import LOG_2PI
 
 COLLECTION, VARIABLE = "prior", "mixture"  # variables["prior"]["mixture"] holds the mixture
@@ -54,13 +55,7 @@ def standard_mixture(num_classes: int, components: int, latent_dim: int) -> dict
 def truncation_radius(quantile: float, width: int) -> float | None:
     """The radius that a share `quantile` of N(0, I_width) draws lie within (the chi
     distribution's quantile); None for quantile 1, no truncation."""
-    if quantile >= 1:
-        return None
-    # Imported here: SciPy's special functions load in ~0.3 CPU-s (numpy.f2py among them), and
-    # only a truncated draw needs one (not a --preset test run, nor its `cvae serve` workers).
-    import scipy.special
-
-    return float(np.sqrt(2.0 * scipy.special.gammaincinv(0.5 * width, quantile)))
+    return None if quantile >= 1 else chi_quantile(quantile, width)
 
 
 def truncate(noise: jax.Array, radius: float | None) -> jax.Array:
