@@ -6,12 +6,14 @@ VampPrior and the logistic, each with options of its own."""
 
 from __future__ import annotations
 
-import hashlib
+import io
 import shutil
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from cvae.config import flat, presets
 from cvae.config.sections import Config
@@ -51,10 +53,17 @@ def test_a_flat_checkpoint_reads_as_the_nested_config_it_meant():
     assert Config.from_json(config.to_json()) == config
 
 
-def test_a_flat_checkpoint_samples_the_bits_it_sampled(tmp_path):
-    """The PNG `cvae sample` wrote with the flat version's code (gen.sh), byte for byte: on
-    this machine's kernels, where the recording and the reading agree (checked once here)."""
+def test_a_flat_checkpoint_samples_the_picture_it_sampled(tmp_path):
+    """The PNG `cvae sample` wrote with the flat version's code (gen.sh, on an AVX2 machine):
+    byte for byte where this machine's kernels round as that one's did; on others (an AVX-512
+    machine differed in one pixel by one grey level) within one grey level, in a handful of
+    pixels. A config read wrongly draws other digits, far outside that."""
     sampler = load_sampler(shutil.copytree(FLAT_RUN, tmp_path / "run"))
     png = sampler.sample_png(None, 4, 3)
     recorded = (FLAT_RUN.parent / "ladder-vamp.png").read_bytes()
-    assert hashlib.sha256(png).hexdigest() == hashlib.sha256(recorded).hexdigest()
+    if png == recorded:
+        return
+    drawn, kept = (np.asarray(Image.open(io.BytesIO(data)), np.int16) for data in (png, recorded))
+    assert drawn.shape == kept.shape
+    differs = np.abs(drawn - kept)
+    assert differs.max() <= 1 and np.count_nonzero(differs) <= differs.size // 1000
