@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import optax
 import pytest
+from flax.errors import ScopeParamShapeError
 from PIL import Image
 from trees import tree_equal
 
@@ -68,6 +69,21 @@ def test_inference_reads_the_moving_average_and_init_from_the_weights(tmp_path):
                       jax.device_get(state.ema_params))
     assert tree_equal(jax.device_get(load_trained_model(tmp_path, use_ema=False).variables),
                       {"params": jax.device_get(state.params)})
+
+
+def test_weights_of_another_shape_than_the_config_makes_are_refused_where_traced(
+        trained_run, tmp_path):
+    """Inference restores the shapes the step stored (its Orbax metadata, not a trace of the
+    config's model), so a config that disagrees with its weights (edited by hand here) is caught
+    where the weights are applied: Flax names the parameter and both shapes."""
+    run = trained_run.copy_to(tmp_path / "run", steps=(8,))
+    stored = run / "8" / "config" / "metadata"
+    config = json.loads(stored.read_text())
+    widths = config["model"]["options"]["hidden_sizes"]
+    config["model"]["options"]["hidden_sizes"] = [width + 1 for width in widths]
+    stored.write_text(json.dumps(config))
+    with pytest.raises(ScopeParamShapeError, match="expected to generate shape"):
+        load_sampler(run)
 
 
 def test_missing_and_empty_dirs_say_what_to_run(tmp_path):
