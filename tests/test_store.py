@@ -13,12 +13,12 @@ import jax
 import numpy as np
 import optax
 import pytest
-from flax.errors import ScopeParamShapeError
 from PIL import Image
 from trees import tree_equal
 
 from cvae.config import presets
 from cvae.data.synthetic import synthetic_dataset
+from cvae.cli.main import EXIT_USER_ERROR, main as cvae_main
 from cvae.errors import CheckpointError
 from cvae.model.registry import create_model
 from cvae.model.store import load_trained_model
@@ -71,19 +71,25 @@ def test_inference_reads_the_moving_average_and_init_from_the_weights(tmp_path):
                       {"params": jax.device_get(state.params)})
 
 
-def test_weights_of_another_shape_than_the_config_makes_are_refused_where_traced(
-        trained_run, tmp_path):
+def test_weights_of_another_shape_than_the_config_makes_are_a_clear_error(
+        trained_run, tmp_path, capsys):
     """Inference restores the shapes the step stored (its Orbax metadata, not a trace of the
     config's model), so a config that disagrees with its weights (edited by hand here) is caught
-    where the weights are applied: Flax names the parameter and both shapes."""
+    where the weights are applied: `cvae sample` says so, naming the parameter, and writes
+    nothing."""
     run = trained_run.copy_to(tmp_path / "run", steps=(8,))
     stored = run / "8" / "config" / "metadata"
     config = json.loads(stored.read_text())
     widths = config["model"]["options"]["hidden_sizes"]
     config["model"]["options"]["hidden_sizes"] = [width + 1 for width in widths]
     stored.write_text(json.dumps(config))
-    with pytest.raises(ScopeParamShapeError, match="expected to generate shape"):
-        load_sampler(run)
+    out = tmp_path / "grid.png"
+    assert cvae_main(["sample", "--checkpoint-dir", str(run), "--out", str(out)]) == \
+        EXIT_USER_ERROR
+    error = capsys.readouterr().err
+    assert "the weights do not have the shapes that its config's model makes" in error
+    assert "expected to generate shape" in error and "Traceback" not in error
+    assert not out.exists()
 
 
 def test_missing_and_empty_dirs_say_what_to_run(tmp_path):
