@@ -1,5 +1,7 @@
 """How long a fresh process takes to answer: `cvae serve` to its first 200 from /readyz, and
-`cvae sample` to its PNG, for the default model and a convolutional one, each exported.
+`cvae sample` to its PNG, for the default model, a convolutional one and (where Debian's
+dataset-fashion-mnist is installed; not with --quick) Fashion-MNIST's chosen model, each
+exported.
 
     python -m bench.bench_startup --checkpoint-dir checkpoints [--quick]
 
@@ -100,12 +102,30 @@ def conv_checkpoint(data_dir: str, workdir: Path, quick: bool) -> Path:
     return directory
 
 
+def fashion_checkpoint(data_dir: str, workdir: Path) -> Path | None:
+    """A one-step run of Fashion-MNIST with the model `cvae train` chooses for it (the logistic
+    mixture's larger decoder); None where `cvae data --dataset fashion_mnist` cannot prepare it
+    (Debian's dataset-fashion-mnist not installed)."""
+    prepared = subprocess.run(cvae("data", "--dataset", "fashion_mnist", "--data-dir", data_dir),
+                              capture_output=True)
+    if prepared.returncode != 0:
+        return None
+    directory = workdir / "fashion"
+    subprocess.run(cvae("train", "--dataset", "fashion_mnist", "--data-dir", data_dir,
+                        "--checkpoint-dir", str(directory), "--max-steps", "1"), check=True,
+                   capture_output=True)
+    return directory
+
+
 def measure(checkpoint_dir: str, data_dir: str, rounds: int = 3, quick: bool = False) -> dict:
     results = {}
     with tempfile.TemporaryDirectory(prefix="cvae-bench-startup-") as root:
         workdir = Path(root)
         models = {"default": Path(checkpoint_dir),
                   "conv": conv_checkpoint(data_dir, workdir, quick)}
+        fashion = None if quick else fashion_checkpoint(data_dir, workdir)
+        if fashion is not None:
+            models["fashion_mnist"] = fashion
         for name, directory in models.items():
             folder = export(directory, workdir / f"export-{name}")
             model_dir = workdir / f"starts-{name}"

@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_startup:
             startup = "_Skipped: --no-startup._"
         else:
-            log(f"start-up benchmark (bench/bench_startup.py) against {target} and a conv model")
+            log(f"start-up benchmark (bench/bench_startup.py) against {target}, a conv model "
+                "and Fashion-MNIST's")
             startup = bench_startup.markdown(bench_startup.measure(
                 target, args.data_dir, rounds=1 if args.quick else 3, quick=args.quick),
                 machine.tag)
