@@ -23,7 +23,6 @@ help: ## list the targets with what each does
 setup: $(STAMP) ## .venv with the project and its dev tools (again when pyproject.toml changes)
 	@$(BIN)/python -m compileall -q -j 0 cvae service bench >/dev/null
 
-
 # Reinstall only when pyproject.toml changes: a second `make setup` installs nothing. pip installs
 # uv, and uv the rest: the same versions as pip resolves, and a fresh clone's set-up takes 23 s
 # instead of 49 (experiments/LOG.md, 2026-11-29). uv writes the bytecode, as pip does: where

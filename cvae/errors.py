@@ -1,8 +1,10 @@
 """The exceptions that mean "the user asked for something impossible", not "there is a bug".
 
 The CLI prints these as one line and exits non-zero; anything else keeps its traceback. This
-module imports nothing, so the CLI can catch them without loading JAX or Orbax.
+module imports nothing but `sys`, so the CLI can catch them without loading JAX or Orbax.
 """
+
+import sys
 
 
 class ConfigError(ValueError):
@@ -35,3 +37,15 @@ class ExportError(RuntimeError):
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, ResumeError, PermissionError,
                ExportError)
+
+
+def weights_mismatch(error: BaseException) -> str | None:
+    """What to tell the user when `error` is Flax's `ScopeParamShapeError`: a checkpoint whose
+    weights have other shapes than its config's model makes (inference takes the shapes the
+    checkpoint stored, so it is found where the model first applies them); else None. Without
+    importing Flax: where it was never imported, no error of its can have been raised."""
+    flax_errors = sys.modules.get("flax.errors")
+    if flax_errors is None or not isinstance(error, flax_errors.ScopeParamShapeError):
+        return None
+    reason = str(error).split(" (https://")[0]  # Flax's message, less its link
+    return f"the weights do not have the shapes that its config's model makes: {reason}"

@@ -28,7 +28,7 @@ from cvae.cli.train import (PRINTED_HEADER, add_train_flags, config_from_args, g
 from cvae.cli.types import (add_compilation_cache_flag, add_step_flag, add_truncation_flag,
                              bounded)
 from cvae.cli.data import add_data_flags, cmd_data
-from cvae.errors import USER_ERRORS
+from cvae.errors import USER_ERRORS, weights_mismatch
 from cvae.cli import stops
 from cvae.cli.export import add_export_flags, check_exported, check_step, cmd_export
 from cvae.cli.sample import add_sample_flags, cmd_sample
@@ -360,6 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except USER_ERRORS as error:
         print(f"cvae {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as error:
+        mismatch = weights_mismatch(error)
+        if mismatch is None:
+            raise
+        print(f"cvae {args.command}: error: {mismatch}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 

@@ -67,19 +67,11 @@ def open_sampler(path: str | Path, step=None, block_rows: int | None = None, *,
     `cvae.model.store.StepChoice`) or an exported folder (its one step, which is also its
     latest and best; another step number is StepNotFound), drawing at `truncation` (None: the
     run's own; `Config.drawn_at`), its block sizes checked as `check` says
-    (`Sampler.check_blocks`). Weights whose shapes the config's model does not make (Flax
-    finds them when the check traces the model) are a CheckpointError naming the parameter."""
-    from flax.errors import ScopeParamShapeError
+    (`Sampler.check_blocks`)."""
+    if not is_export(path):
+        from cvae.sampling.sampler import load_sampler
 
-    try:
-        if not is_export(path):
-            from cvae.sampling.sampler import load_sampler
-
-            return load_sampler(path, step, block_rows, truncation=truncation, check=check)
-        if isinstance(step, int) and step != exported_step(path):
-            raise StepNotFound(path, step, [exported_step(path)])
-        return load_exported_sampler(path, block_rows, truncation=truncation, check=check)
-    except ScopeParamShapeError as error:
-        reason = str(error).split(" (https://")[0]  # Flax's message, less its link
-        raise CheckpointError(f"{path}: the weights do not have the shapes that its config's "
-                              f"model makes: {reason}") from None
+        return load_sampler(path, step, block_rows, truncation=truncation, check=check)
+    if isinstance(step, int) and step != exported_step(path):
+        raise StepNotFound(path, step, [exported_step(path)])
+    return load_exported_sampler(path, block_rows, truncation=truncation, check=check)
