@@ -42,7 +42,7 @@ def measure(checkpoint_dir: str, batches=BATCHES, rounds: int = 7, repeats: int 
     """rows/s of each side at each batch size (medians over rounds) and their ratio."""
     from cvae.export.load import open_sampler
     from cvae.export.onnx_files import session
-    from cvae.sampling.sampler import request_latents
+    from cvae.sampling.latents import request_latents
 
     sampler = open_sampler(checkpoint_dir)
     onnx = session(onnx_model(checkpoint_dir, sampler))

@@ -149,7 +149,8 @@ def decode_cost(checkpoint_dir: str, calls: int = 300) -> str:
     """CPU per lone 16-digit request's latents + decode (what concurrency 1 pays), back to back
     and with 5 ms pauses between calls, in this process: the pauses show XLA's CPU thread pool
     spinning while it waits for work."""
-    from cvae.sampling.sampler import LatentRequest, batch_latents, load_sampler
+    from cvae.sampling.sampler import load_sampler
+    from cvae.sampling.latents import LatentRequest, batch_latents
 
     sampler = load_sampler(checkpoint_dir)
     request = [LatentRequest(3, (7,), 16, 1.0)]

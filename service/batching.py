@@ -39,7 +39,7 @@ from typing import Callable, NamedTuple, Protocol
 import numpy as np
 
 from cvae.sampling.request_batches import request_rows
-from cvae.sampling.sampler import Codes
+from cvae.sampling.latents import Codes
 
 log = logging.getLogger(__name__)
 

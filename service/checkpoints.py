@@ -59,9 +59,10 @@ class Loaded:
 def fingerprint(sampler: Sampler) -> str:
     """sha256 of what decides a seeded picture's bytes besides its parameters: the weights, the
     config (its sharpness and truncation among them, which `cvae serve --truncation` changes),
-    the JAX version and backend, and the bits this machine's kernels give the drawing functions
-    (replicas on CPUs whose kernels round differently get different fingerprints, so their
-    ETags differ too; `classify`, checked after the first answer, has no ETag)."""
+    the JAX version and backend, and the bits this machine's kernels give `decode` (replicas on
+    CPUs whose kernels round differently get different fingerprints, so their ETags differ
+    too). Walks and transfers run more functions, checked after the first answer: their ETags
+    add those functions' bits (`Sampler.signature`)."""
     digest = hashlib.sha256(f"{jax.__version__} {jax.default_backend()}".encode())
     digest.update(sampler.config.to_json().encode())
     digest.update(sampler.drawing_signature)
@@ -124,7 +125,7 @@ def load(directory: Path, step: int, truncation: float | None = None, *,
 def finish_checks(sampler: Sampler) -> None:
     """What `load(check="first")` left for after the first answer: the warm-up (0.1 to 0.2 s of
     a start; a request before it compiles its latent draw itself, from the cache), then the
-    other block sizes, saying which were dropped."""
+    other functions' blocks and the larger sizes, saying which were dropped."""
     sampler.warm_up()
     if sampler.blocks_unchecked:
         sampler.check_remaining_blocks()
@@ -138,6 +139,9 @@ def log_blocks(sampler: Sampler) -> None:
     elif sampler.dropped_blocks:
         log.info("decode blocks of %s rows give other bits with this machine's kernels; "
                  "using %s", sampler.dropped_blocks, sampler.block_sizes)
+    if sampler.dropped_code_blocks:
+        log.info("code blocks of %s rows give other bits with this machine's kernels; "
+                 "using %s", sampler.dropped_code_blocks, sampler.code_block_sizes)
     if sampler.dropped_classify_blocks:
         log.info("classify blocks of %s rows give other bits with this machine's kernels; "
                  "using %s", sampler.dropped_classify_blocks, sampler.classify_block_sizes)

@@ -13,6 +13,7 @@ the batcher and the metrics.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Annotated
 
@@ -60,3 +61,12 @@ async def decode(request: Request, loaded: Loaded, work, finish=None):
 def cache_control(request: Request) -> str:
     """Cache-Control of a seeded picture (`cvae serve --cache-max-age`)."""
     return request.app.state.cache_control
+
+
+async def kernel_signature(loaded: Loaded, *groups: str) -> bytes:
+    """`Sampler.signature` of `groups` (for an ETag), checked on a thread the first time:
+    a server checks only `decode`'s blocks before it answers."""
+    sampler = loaded.sampler
+    if not sampler.checked(*groups):
+        await asyncio.to_thread(sampler.signature, *groups)
+    return sampler.signature(*groups)

@@ -139,10 +139,13 @@ def png_encoder(tiles: int, cols: int, scale: int, pad: int, *,
     return lambda images: grid_png(images, cols, pad=pad, scale=scale, image_shape=image_shape)
 
 
-def entity_tag(loaded: Loaded, route: str, values: tuple) -> str:
+def entity_tag(loaded: Loaded, route: str, values: tuple, kernels: bytes = b"") -> str:
     """Strong ETag of a seeded picture: a hash of what decides its bytes (the served weights'
-    fingerprint, the route and its parameters), prefixed with the step for people."""
-    key = f"{loaded.fingerprint} {route} {values!r}".encode()
+    fingerprint, the route and its parameters, and `kernels`: the bits this machine gives the
+    functions it runs besides `decode`, `Sampler.signature`), prefixed with the step for
+    people."""
+    key = f"{loaded.fingerprint} {route} {values!r}{' ' + kernels.hex() if kernels else ''}"
+    key = key.encode()
     return f'"{loaded.step}-{hashlib.sha256(key).hexdigest()[:24]}"'
 
 

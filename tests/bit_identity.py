@@ -23,9 +23,10 @@ import numpy as np
 
 from cvae.sampling.grid import make_grid, png_bytes
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
-from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents, load_sampler
+from cvae.sampling.sampler import Sampler, load_sampler
+from cvae.sampling.latents import LatentRequest, batch_latents
 from cvae.sampling.grid import grid_columns
-from cvae.sampling.sampler import request_latents
+from cvae.sampling.latents import request_latents
 from cvae.data.synthetic import synthetic_images
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 
@@ -77,14 +78,16 @@ def check_rows(sampler: Sampler) -> None:
     """decode, decode_codes, to_codes, encode and classify are row-wise at every kept block
     position."""
     sizes = [s for s in sampler.block_sizes if s > 1]
+    code_sizes = [s for s in sampler.code_block_sizes if s > 1]  # checked on their own
     z, labels = (np.concatenate(part) for part in zip(*batch_latents(SAMPLE_REQUESTS[:4],
                                                                       sampler.noise_dim)))
     z, labels = z[:40], labels[:40]
-    for fn in (sampler.decode, sampler.decode_codes, sampler.to_codes):
-        assert_rows_independent(fn, (z, labels), sizes)
+    assert_rows_independent(sampler.decode, (z, labels), sizes)
+    for fn in (sampler.decode_codes, sampler.to_codes):
+        assert_rows_independent(fn, (z, labels), code_sizes)
     images = synthetic_images(np.arange(24) % 10, seed=3)
     assert_rows_independent(sampler.encode, (images, (np.arange(24) * 7 % 10).astype(np.int32)),
-                            sizes)
+                            code_sizes)
     if sampler.classify_fn is not None:
         assert_rows_independent(sampler.classify, (images,),
                                 [s for s in sampler.classify_block_sizes if s > 1])
@@ -129,7 +132,8 @@ def check_sampler(sampler: Sampler, report: Callable[[str], None] = lambda line:
     for check in (check_rows, check_requests):
         check(sampler)
         report(f"ok {check.__name__} (blocks {sampler.block_sizes}, "
-               f"dropped {sampler.dropped_blocks}; classify blocks "
+               f"dropped {sampler.dropped_blocks}; code blocks {sampler.code_block_sizes}, "
+               f"dropped {sampler.dropped_code_blocks}; classify blocks "
                f"{sampler.classify_block_sizes}, dropped {sampler.dropped_classify_blocks})")
 
 

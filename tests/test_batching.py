@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from cvae.sampling.sampler import LatentRequest, batch_latents, request_latents
+from cvae.sampling.latents import LatentRequest, batch_latents, request_latents
 from service.batching import Batcher, QueueFull, Stopped
 
 

@@ -23,7 +23,8 @@ from cvae.data.own import prepare_own
 from cvae.errors import ConfigError, DataError
 from cvae.sampling import blocks
 from cvae.sampling.grid import grid_shape
-from cvae.sampling.sampler import load_sampler, request_latents
+from cvae.sampling.sampler import load_sampler
+from cvae.sampling.latents import request_latents
 from servers import cvae_server
 from shaped_data import shaped_dataset, shaped_spec
 

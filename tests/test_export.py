@@ -16,7 +16,8 @@ from cvae.export.manifest import sha256
 from cvae.export.onnx_files import run_onnx
 from cvae.export.stablehlo import load_stablehlo
 from cvae.sampling.grid import _to_uint8
-from cvae.sampling.sampler import load_sampler, request_latents
+from cvae.sampling.sampler import load_sampler
+from cvae.sampling.latents import request_latents
 
 # A variant's export (the few-label model's, the ladder's) is a journey of its own:
 # `make test-slow` (docs/development.md).

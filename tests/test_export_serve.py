@@ -15,7 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cvae.export.onnx_files import run_onnx
-from cvae.sampling.sampler import load_sampler, request_latents
+from cvae.sampling.sampler import load_sampler
+from cvae.sampling.latents import request_latents
 from servers import cvae_server
 from service.app import create_app
 from test_digit_image import encoded, seven

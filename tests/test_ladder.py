@@ -23,7 +23,8 @@ from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model
 from cvae.model.store import load_trained_model
 from cvae.sampling.request_batches import request_rows
-from cvae.sampling.sampler import Codes, LatentRequest, batch_latents, load_sampler
+from cvae.sampling.sampler import load_sampler
+from cvae.sampling.latents import Codes, LatentRequest, batch_latents
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
 

@@ -6,7 +6,8 @@ import numpy as np
 
 from cvae.sampling.request_batches import request_rows
 from cvae.sampling.walks import DigitWalk, LatentWalk
-from cvae.sampling.sampler import LatentRequest, load_sampler
+from cvae.sampling.sampler import load_sampler
+from cvae.sampling.latents import LatentRequest
 from cvae.sampling.transfer import TransferRequest
 
 

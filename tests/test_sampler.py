@@ -11,7 +11,8 @@ from cvae.model.densities import pixel_means
 from cvae.model.registry import create_model, init_variables
 from cvae.sampling.blocks import DECODE_BLOCKS, ROW_BY_ROW
 from cvae.sampling.grid import grid_columns
-from cvae.sampling.sampler import create_sampler, draw_latents, request_latents
+from cvae.sampling.sampler import create_sampler
+from cvae.sampling.latents import draw_latents, request_latents
 
 
 @pytest.fixture(scope="module")

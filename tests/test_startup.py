@@ -1,5 +1,5 @@
-"""A start in seconds: one block size checked before the first answer and the others later, with
-the same bits; compiled programs read from a cache, the one an export carries included.
+"""A start in seconds: one block size of `decode` checked before the first answer, the others and
+the other functions' later, with the same bits; compiled programs read from a cache, the one an export carries included.
 
 Costs, measured on the 2-core AVX2 EPYC: the block-check tests under 1 CPU-s; the sampler's
 about 6; the service's about 8; the carried programs' about 40 (an export, its programs packed
@@ -69,15 +69,22 @@ def test_a_sampler_checked_at_one_size_draws_the_bits_of_one_checked_at_all(trai
     expected = full.decode(noise, labels)  # 256 + 64 rows, or however this CPU's sizes cut it
     np.testing.assert_array_equal(quick.decode(noise, labels).view(np.uint32),
                                   expected.view(np.uint32))
-    drawing = load_sampler(trained_run.directory, check="drawing")  # `cvae sample`'s
-    assert drawing.sample_png(None, 30, 5) == full.sample_png(None, 30, 5)
-    # Reading digits was left unchecked: its first call checks it, and reads as `full` does.
+    assert quick.sample_png(None, 30, 5) == full.sample_png(None, 30, 5)
+    # Codes and reading were left unchecked: each one's first call checks it, and gives what
+    # `full` gives, as does the signature an ETag of a walk or a transfer covers.
+    assert not quick.checked("codes") and not quick.checked("reading")
     images = trained_run.data.test_images[:5]
+    labels5 = trained_run.data.test_labels[:5].astype(np.int32)
+    for got, want in zip(quick.encode(images, labels5), full.encode(images, labels5)):
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert quick.checked("codes") and not quick.checked("reading")
+    assert quick.signature("codes") == full.signature("codes") != b""
     np.testing.assert_array_equal(quick.classify(images).view(np.uint32),
                                   full.classify(images).view(np.uint32))
     quick.check_remaining_blocks()
     assert (quick.block_sizes, quick.dropped_blocks, quick.blocks_unchecked) == (
         full.block_sizes, full.dropped_blocks, ())
+    assert quick.code_block_sizes == full.code_block_sizes
     assert quick.classify_block_sizes == full.classify_block_sizes
     assert quick.kernel_signature == full.kernel_signature
     np.testing.assert_array_equal(quick.decode(noise, labels).view(np.uint32),
@@ -97,9 +104,17 @@ def test_a_service_answers_after_one_size_and_its_watcher_checks_the_rest(traine
         sampler = watcher.current.sampler
         assert (sampler.block_sizes, sampler.blocks_unchecked) == (full.block_sizes, ())
         second = client.get("/sample", params={"digit": 7, "n": 4, "seed": 3})
-    assert first.status_code == second.status_code == 200
+        walk = {"digit": 7, "seed": 3, "steps": 4}
+        walked = client.get("/interpolate", params=walk)
+        # A walk runs the codes' functions, whose bits its ETag covers and /sample's does not.
+        sampler.signature = lambda *groups: bytes(32)  # as if they rounded otherwise
+        walked_elsewhere = client.get("/interpolate", params=walk)
+        third = client.get("/sample", params={"digit": 7, "n": 4, "seed": 3})
+    assert first.status_code == second.status_code == walked.status_code == 200
     assert first.content == second.content == full.sample_png(7, 4, 3)
-    assert first.headers["etag"] == second.headers["etag"]
+    assert first.headers["etag"] == second.headers["etag"] == third.headers["etag"]
+    assert walked.content == walked_elsewhere.content
+    assert walked.headers["etag"] != walked_elsewhere.headers["etag"]
 
 
 def test_an_export_carries_the_programs_a_start_compiles(exported, trained_run, tmp_path):

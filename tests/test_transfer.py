@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cvae.sampling.sampler import load_sampler, request_latents
+from cvae.sampling.sampler import load_sampler
+from cvae.sampling.latents import request_latents
 from cvae.sampling.transfer import TransferRequest, transfer_latents, transfer_tiles
 
 

@@ -10,7 +10,8 @@ import pytest
 from cvae.config import presets
 from cvae.sampling.walks import DigitWalk, LatentWalk, slerp, walk_latents
 from cvae.model.registry import create_model, init_variables
-from cvae.sampling.sampler import create_sampler, request_latents
+from cvae.sampling.sampler import create_sampler
+from cvae.sampling.latents import request_latents
 
 LATENT = 6
 DIGITS = tuple(range(10))  # the classes of the test config's dataset (MNIST)

@@ -52,7 +52,7 @@ def cmd_sample(args) -> int:
     use_cache(args.checkpoint_dir, args.compilation_cache)
     # One block size, decode only: the grid's bits are those of every size a server keeps.
     sampler = open_sampler(args.checkpoint_dir, args.step, truncation=args.truncation,
-                           check="drawing")
+                           check="first")
     digit = args.digit if args.label is None else sampler.class_index(args.label)
     images = sampler.sample_images(digit, args.n, args.seed, temperature=args.temperature)
     shape = spec_of(sampler.config.data.dataset).stored_shape

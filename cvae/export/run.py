@@ -29,7 +29,7 @@ from cvae.export.manifest import MANIFEST, read_manifest, write_manifest
 from cvae.export.weights import WEIGHTS, flatten, load_weights, save_weights
 from cvae.model.store import PARTIAL_STEP_SUFFIX, read_record
 from cvae.sampling.grid import _to_uint8
-from cvae.sampling.sampler import request_latents
+from cvae.sampling.latents import request_latents
 from cvae.training.record import cpu_name
 from cvae.data.specs import spec_of
 
@@ -147,23 +147,28 @@ def verify(folder: Path, sampler) -> dict:
         raise AssertionError(f"{WEIGHTS} does not read back into the exported variables")
     noise, labels = request_latents(0, sampler.classes, ONNX_ROWS_PER_DIGIT,
                                     noise_width=sampler.noise_dim, temperature=1.0)
-    sizes = sorted({min(sampler.block_sizes), max(sampler.block_sizes)})
-    reading = (sorted({min(sampler.classify_block_sizes), max(sampler.classify_block_sizes)})
-               if sampler.has_classifier else [])  # classify's blocks are checked on their own
-    count = max(1000, *sizes, *reading)  # digits (the sampler's own) for encode and classify
+    def ends(block_sizes):  # the smallest and largest size each group kept
+        return sorted({min(block_sizes), max(block_sizes)})
+
+    sizes, coding = ends(sampler.block_sizes), ends(sampler.code_block_sizes)
+    # each group's blocks are checked on their own
+    reading = ends(sampler.classify_block_sizes) if sampler.has_classifier else []
+    count = max(1000, *sizes, *coding, *reading)  # digits (the sampler's own) to read back
     digits = _to_uint8(sampler.decode(noise[:count], labels[:count]),
                        spec_of(sampler.config.data.dataset).stored_shape)
     rows = {}
-    for size in sorted({*sizes, *reading}):
+    for size in sorted({*sizes, *coding, *reading}):
         images = digits[:size].reshape(size, -1).astype(np.float32) / np.float32(255)
-        inputs = {"sample": (noise[:size], labels[:size]),
-                  "encode": (images, labels[:size])} if size in sizes else {}
+        inputs = {"sample": (noise[:size], labels[:size])} if size in sizes else {}
+        if size in coding:
+            inputs["encode"] = (images, labels[:size])
         if size in reading:
             inputs["classify"] = (images,)
         for name, compared in stablehlo.verify_stablehlo(folder, sampler, inputs).items():
             rows[name] = rows.get(name, 0) + compared
     onnx = onnx_files.verify_onnx(folder, sampler, noise=noise, labels=labels, digits=digits)
-    return {"stablehlo_rows": rows, "stablehlo_block_sizes": sizes, "onnx": onnx,
+    return {"stablehlo_rows": rows, "stablehlo_block_sizes": sorted({*sizes, *coding, *reading}),
+            "onnx": onnx,
             "cpu": cpu_name()}
 
 

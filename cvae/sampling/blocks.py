@@ -14,8 +14,8 @@ one program, one position, the same bits by construction.
 Synopsis:
 
     plan_blocks(200, (64, 128, 256))       # (128, 64, 64)? the cheapest cover of 200 rows
-    outcome = block_check(sampler_probes(sampler), sampler.variables, DECODE_BLOCKS)
-    # BlockCheck(kept=..., dropped=..., signature=...); `classify_probes` get a check of their own
+    outcome = block_check(group_probes(sampler, "drawing"), sampler.variables, DECODE_BLOCKS)
+    # BlockCheck(kept=..., dropped=..., signature=...); each of GROUPS gets a check of its own
     quick = block_check(probes, variables, DECODE_BLOCKS, first_only=True)  # one size compiled
     outcome = check_remaining(probes, variables, quick)                     # the rest, later
 """
@@ -33,9 +33,14 @@ import numpy as np
 # `block_check` verifies wherever the sampler runs.
 DECODE_BLOCKS = (64, 128, 256, 512, 1024)
 ROW_BY_ROW = (1,)  # the fallback when no block size keeps a row's bits at every position
-# What a sampler checks when it loads (`Sampler.check_blocks`): every size and function, the
-# first size kept and every function (a server, the rest later), the first size and decode only.
-CHECKS = ("all", "first", "drawing")
+# What a sampler checks when it loads (`Sampler.check_blocks`): every size of every group, or
+# the first size kept of drawing's alone (a server and `cvae sample`: the rest later, or at
+# their first use).
+CHECKS = ("all", "first")
+# The groups of functions whose block sizes are checked apart, each against its own reference
+# bits: drawing (`decode`: what `/sample` needs, checked before a server answers); codes (the
+# prior's mapping, code decode and encode: walks and transfers); reading (`classify`).
+GROUPS = ("drawing", "codes", "reading")
 _CALL_COST_ROWS = 8  # one more device call costs about as much as decoding 8 more rows
 _TEST_ROWS = 3  # distinct rows each block size is checked with, labelled 0, 1, 2 (mod classes)
 
@@ -108,20 +113,27 @@ def check_remaining(probes: list[Probe], variables: dict, outcome: BlockCheck) -
     return BlockCheck(tuple(kept), tuple(sorted(dropped)), outcome.signature)
 
 
-def sampler_probes(sampler) -> list[Probe]:
-    """The functions a `cvae.sampling.sampler.Sampler` draws and encodes through blocks, with
-    their row widths."""
-    widths = ((sampler.decode_fn, sampler.noise_dim), (sampler.prior_fn, sampler.noise_dim),
-              (sampler.code_decode_fn, sampler.code_dim))  # draws: noise; codes: a code
+def group_probes(sampler, group: str) -> list[Probe]:
+    """The functions of one of `GROUPS` that a `cvae.sampling.sampler.Sampler` runs through
+    blocks, with their row widths (draws: noise; codes: a code; encode, classify: pixels)."""
+    if group == "reading":
+        return classify_probes(sampler)
     classes = len(sampler.classes)
-    probes = [Probe(fn, width, classes) for fn, width in widths if fn is not None]
-    if sampler.encode_fn is not None:
-        probes.append(Probe(sampler.encode_fn, sampler.image_pixels, classes))
-    return probes
+    if group == "drawing":
+        return [Probe(sampler.decode_fn, sampler.noise_dim, classes)]
+    widths = ((sampler.prior_fn, sampler.noise_dim), (sampler.code_decode_fn, sampler.code_dim),
+              (sampler.encode_fn, sampler.image_pixels))
+    return [Probe(fn, width, classes) for fn, width in widths if fn is not None]
+
+
+def sampler_probes(sampler) -> list[Probe]:
+    """Drawing's and codes' functions, in the order kernel signatures were first recorded in
+    (before they were checked apart): decode, the prior's mapping, code decode, encode."""
+    return group_probes(sampler, "drawing") + group_probes(sampler, "codes")
 
 
 def classify_probes(sampler) -> list[Probe]:
-    """The sampler's reading of digits, checked apart from `sampler_probes`: Bayes' rule runs
+    """The sampler's reading of digits, checked apart from the other groups: Bayes' rule runs
     encoder and decoder over every class of the model a row, so its dots meet other shapes, and
     a block size it cannot keep need not be lost to drawing."""
     if sampler.classify_fn is None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Callable
 
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
-from cvae.sampling.sampler import LatentRequest, Sampler, batch_latents
+from cvae.sampling.sampler import Sampler
+from cvae.sampling.latents import LatentRequest, batch_latents
 from cvae.sampling.transfer import TransferRequest, transfer_latents
 
 # kind -> (requests of that kind, sampler) -> one (z, labels) or Codes per request

@@ -1,136 +1,41 @@
 """The one decode sampler, shared by `cvae sample`, the per-epoch grids and the service.
 
-A request is (digit or all digits, n, seed, temperature). Its latents depend only on those
-values: z = temperature * N(0, I) drawn from key(seed) folded with the digit. Decoding runs on
-padded blocks of a few fixed sizes that share one kernel (see `DECODE_BLOCKS`), so a row's
-pixels are the same whatever else is decoded alongside: a seeded request gives the same pixels
-whether it was decoded alone or batched with others. It also encodes (q(z|x,y) of given images,
-for style transfer) through the same blocks, with the same guarantee. Noise is
-`Sampler.noise_dim` wide, codes `Sampler.code_dim`: the ladder's every layer and top layer.
+A request is (digit or all digits, n, seed, temperature); its latents depend only on those
+values (cvae/sampling/latents.py). Decoding runs on padded blocks of a few fixed sizes that
+share one kernel (see `DECODE_BLOCKS`), so a row's pixels are the same whatever else is decoded
+alongside: a seeded request gives the same pixels whether it was decoded alone or batched with
+others. It also maps draws to codes, decodes codes and encodes (q(z|x,y) of given images, for
+walks and style transfer) through blocks of their own, with the same guarantee, checked when
+first needed. Noise is `Sampler.noise_dim` wide, codes `Sampler.code_dim`: the ladder's every
+layer and top layer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
-from typing import Callable, NamedTuple
+from typing import Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from cvae.model import prior as prior_lib
-from cvae.sampling.blocks import (CHECKS, DECODE_BLOCKS, ROW_BY_ROW, BlockCheck, block_check,
-                                  check_remaining, classify_probes, plan_blocks, sampler_probes)
+from cvae.sampling.blocks import (CHECKS, DECODE_BLOCKS, GROUPS, ROW_BY_ROW, block_check,
+                                  check_remaining, group_probes, plan_blocks)
 from cvae.config.sections import Config, ConfigError
 from cvae.data.class_names import label_index
 from cvae.data.pixels import to_unit
 from cvae.sampling.functions import sampler_functions
 from cvae.sampling.grid import grid_columns, make_grid, png_bytes
+from cvae.sampling.latents import LatentRequest, batch_latents
 from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, DEFAULT_TEMPERATURE
 from cvae.model.registry import code_dim, create_model, noise_dim
 from cvae.model.transport import ClassTransport, class_transport
 from cvae.data.specs import spec_of
 
 
-def draw_latents(seed: int, digit: int, n: int, *, noise_width: int,
-                 temperature: float) -> np.ndarray:
-    """z ~ N(0, temperature^2 I): float32[n, noise_width], a function of its arguments only."""
-    key = jax.random.fold_in(jax.random.key(seed), digit)
-    z = jax.random.normal(key, (n, noise_width), jnp.float32) * jnp.float32(temperature)
-    return np.asarray(z)
-
-
-def request_latents(seed: int, digits: tuple[int, ...], n: int, *, noise_width: int,
-                    temperature: float) -> tuple[np.ndarray, np.ndarray]:
-    """Latents and labels for n samples of each digit, digit-major: (f32[D*n, L], i32[D*n])."""
-    z = np.concatenate([draw_latents(seed, d, n, noise_width=noise_width,
-                                     temperature=temperature) for d in digits])
-    labels = np.repeat(np.asarray(digits, np.int32), n)
-    return z, labels
-
-
-class LatentRequest(NamedTuple):
-    """The arguments of `request_latents` for one request (noise_width comes from the model)."""
-
-    seed: int
-    digits: tuple[int, ...]
-    n: int
-    temperature: float
-
-    @property
-    def rows(self) -> int:
-        """Images decoded for it."""
-        return len(self.digits) * self.n
-
-
-class Codes(NamedTuple):
-    """Rows whose z are codes (latents), to decode as they are (`Sampler.decode_codes`), not
-    prior noise: a transfer's posterior latents, or a latent walk's points."""
-
-    z: np.ndarray  # f32[rows, L]
-    labels: np.ndarray  # i32[rows]
-    label: int | None = None  # a transfer's: the label its image was encoded with
-
-
-def _bucket(size: int, minimum: int) -> int:
-    return max(minimum, 1 << (size - 1).bit_length())
-
-
-# (seed, digit) pairs drawn per device call: one program per row count, whatever the batch
-# (a program per pair count cost a start-up compile each: 2 to 3 s on a 2-core CPU).
-PAIRS_PER_CALL = 64
-
-
-@functools.partial(jax.jit, static_argnames=("rows", "noise_width"))
-def _unit_normals(seeds, digits, rows: int, noise_width: int):
-    """u32[K], i32[K] -> f32[K, rows, L]: N(0, I) drawn from key(seed) folded with the digit.
-
-    Drawn as one flat vector of rows * L values and reshaped: the same bits as a (rows, L)
-    draw (JAX draws a shape's values flat), and XLA:CPU compiles it in a third of the time
-    (0.8 s against 2.9 s for 16 rows of 16 on a 2-core CPU)."""
-    def one(seed, digit):
-        key = jax.random.fold_in(jax.random.key(seed), digit)
-        flat = jax.random.normal(key, (rows * noise_width,), jnp.float32)
-        return flat.reshape(rows, noise_width)
-    return jax.vmap(one)(seeds, digits)
-
-
-def batch_latents(requests: list[LatentRequest], noise_width: int
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`request_latents` for many requests in few device calls; same values.
-
-    Threefry draws are counter based, so the first n rows of an (N, L) draw equal an (n, L)
-    draw: each (seed, digit) pair draws a power-of-two number of rows, and the pairs go
-    `PAIRS_PER_CALL` a call (the last call padded), so one program per row count is ever
-    compiled. The temperature is applied in NumPy, one float32 multiply, exactly as
-    `draw_latents` does. JAX uses the low 32 bits of a Python int seed (without
-    jax_enable_x64), so seeds are passed as seed mod 2**32.
-    """
-    results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(requests)
-    classes: dict[int, list[int]] = {}
-    for index, request in enumerate(requests):
-        classes.setdefault(_bucket(request.n, 16), []).append(index)
-    for rows, members in classes.items():
-        pairs = [(requests[i].seed % 2**32, d) for i in members for d in requests[i].digits]
-        size = -(-len(pairs) // PAIRS_PER_CALL) * PAIRS_PER_CALL
-        seeds = np.zeros(size, np.uint32)
-        digits = np.zeros(size, np.int32)
-        seeds[:len(pairs)], digits[:len(pairs)] = zip(*pairs)
-        normals = np.concatenate([
-            np.asarray(_unit_normals(seeds[start:start + PAIRS_PER_CALL],
-                                     digits[start:start + PAIRS_PER_CALL], rows=rows,
-                                     noise_width=noise_width))
-            for start in range(0, size, PAIRS_PER_CALL)])
-        start = 0
-        for i in members:
-            seed, request_digits, n, temperature = requests[i]
-            block = normals[start:start + len(request_digits), :n]
-            start += len(request_digits)
-            z = block.reshape(-1, noise_width) * np.float32(temperature)
-            results[i] = (z, np.repeat(np.asarray(request_digits, np.int32), n))
-    return results
+# Each group's block sizes, as a `Sampler` attribute; the groups checked after drawing.
+SIZES = {"drawing": "block_sizes", "codes": "code_block_sizes", "reading": "classify_block_sizes"}
+LATER_GROUPS = GROUPS[1:]
 
 
 @dataclasses.dataclass
@@ -149,20 +54,23 @@ class Sampler:
     prior_fn: Callable | None = None  # `create_prior_fn`'s; None: codes are the noise itself
     classify_fn: Callable | None = None  # `create_classify_fn`'s; None: reads no digits
     dropped_blocks: tuple[int, ...] = ()  # what `check_blocks` found to disagree here
-    classify_block_sizes: tuple[int, ...] = DECODE_BLOCKS  # `classify`'s, checked on their own
+    # The codes' (prior mapping, code decode, encode) and `classify`'s, each checked on its own.
+    code_block_sizes: tuple[int, ...] = DECODE_BLOCKS
+    dropped_code_blocks: tuple[int, ...] = ()
+    classify_block_sizes: tuple[int, ...] = DECODE_BLOCKS
     dropped_classify_blocks: tuple[int, ...] = ()
-    # `check_blocks`': the bits this machine's kernels give the drawing functions (what a served
-    # picture's fingerprint covers), and those with reading's (`classify`) once it is checked.
+    # `check_blocks`': the bits this machine's kernels give `decode` (what a served picture's
+    # fingerprint covers; the other groups': `signature`), and all the checked groups' together.
     drawing_signature: bytes = b""
     kernel_signature: bytes = b""
     # (the mixture's `means` array, its transport): made on first use from `variables`, which
     # callers may set after creating the sampler.
     _transport: tuple | None = dataclasses.field(default=None, init=False, repr=False)
-    # The last `check_blocks` outcome (drawing, reading): what `check_remaining_blocks` extends;
-    # reading is None until checked (a server and `cvae sample` leave it for later).
-    _checks: tuple | None = dataclasses.field(default=None, init=False, repr=False)
-    _reading_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock,
-                                                      init=False, repr=False)
+    # The last `check_blocks` outcome of each of `GROUPS`: what `check_remaining_blocks`
+    # extends; codes and reading are None until checked (a server and `cvae sample` leave them).
+    _checks: dict | None = dataclasses.field(default=None, init=False, repr=False)
+    _check_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock,
+                                                    init=False, repr=False)
 
     def class_transport(self) -> ClassTransport | None:
         """How label swaps carry a code between classes (cvae.model.transport); None: as it is."""
@@ -217,18 +125,21 @@ class Sampler:
 
     def decode(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Prior draws f32[B, noise_dim], i32[B] -> f32[B, h, w], in `plan_blocks`' blocks."""
-        return self._decode_blocks(self.decode_fn, z, labels)
+        return self._decode_blocks(self.decode_fn, z, labels, sizes=self.block_sizes)
 
     def decode_codes(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, h, w], the same blocks."""
-        return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels)
+        """Codes (posterior latents) f32[B, L], i32[B] -> f32[B, h, w], in the codes' blocks."""
+        self._check_group("codes")
+        return self._decode_blocks(self.code_decode_fn or self.decode_fn, z, labels,
+                                   sizes=self.code_block_sizes)
 
     def to_codes(self, noise: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Prior draws f32[B, noise_dim] -> the codes `decode` decodes them as (the prior's
-        mapping; the ladder's top layer), through the same blocks; else the draws themselves."""
+        mapping; the ladder's top layer), in the codes' blocks; else the draws themselves."""
         if self.prior_fn is None:
             return noise
-        codes = self._decode_blocks(self.prior_fn, noise, labels)
+        self._check_group("codes")
+        codes = self._decode_blocks(self.prior_fn, noise, labels, sizes=self.code_block_sizes)
         return codes.reshape(len(noise), self.code_dim)
 
     def _in_blocks(self, fn: Callable, *inputs: np.ndarray,
@@ -248,17 +159,20 @@ class Sampler:
             start += size
         return [np.concatenate(column) for column in zip(*parts)] if parts else None
 
-    def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray):
-        out = self._in_blocks(decode_fn, z, labels)
+    def _decode_blocks(self, decode_fn: Callable, z: np.ndarray, labels: np.ndarray, *,
+                       sizes: tuple[int, ...]):
+        out = self._in_blocks(decode_fn, z, labels, sizes=sizes)
         return out[0] if out else np.zeros((0, *spec_of(self.config.data.dataset).stored_shape),
                                            np.float32)
 
     def encode(self, images: np.ndarray, labels: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """uint8[B, h, w], i32[B] -> `create_encode_fn`'s (mean, logvar, neg_elbo), through
-        the same blocks as `decode`, so a row's values do not depend on its neighbours."""
+        the codes' blocks, so a row's values do not depend on its neighbours."""
+        self._check_group("codes")
         x = to_unit(np.asarray(images).reshape(len(images), self.image_pixels))
-        out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32))
+        out = self._in_blocks(self.encode_fn, x, np.asarray(labels, np.int32),
+                              sizes=self.code_block_sizes)
         if out is None:
             latent = np.zeros((0, self.code_dim), np.float32)
             return latent, latent, np.zeros(0, np.float32)
@@ -270,80 +184,107 @@ class Sampler:
         rule for a model trained with every label (`create_classify_fn`)."""
         if self.classify_fn is None:
             raise ValueError("this sampler reads no digits (created without a classify_fn)")
-        self._check_reading()
+        self._check_group("reading")
         x = to_unit(np.asarray(images).reshape(len(images), self.image_pixels))
         out = self._in_blocks(self.classify_fn, x, sizes=self.classify_block_sizes)
         return out[0] if out else np.zeros((0, len(self.classes)), np.float32)
 
     def check_blocks(self, check: str = "all") -> tuple[int, ...]:
         """Keep only the block sizes in which every row position gives a row the same bits
-        (`block_check`, whose module says why this is checked where the sampler runs): the
-        smallest size that agrees sets the bits, larger sizes that give the same bits are kept,
-        and with none the sampler decodes one row per call. `classify` is checked over its own
-        sizes, so a size only reading cannot keep stays for drawing. Compiles what it checks
-        (so it doubles as the warm-up); returns the drawing sizes dropped.
+        (`block_check`, whose module says why this is checked where the sampler runs), for each
+        of `GROUPS` on its own: the smallest size that agrees sets the bits, larger sizes that
+        give the same bits are kept, and with none the group runs one row per call. Compiles
+        what it checks (so it doubles as the warm-up); returns the drawing sizes dropped.
 
-        check (`CHECKS`): `all` sizes and functions; the `first` size kept of the drawing
-        functions (decode, the prior's mapping, code decode, encode), leaving the larger sizes
-        and `classify` to `check_remaining_blocks` (a server answers once one size is compiled);
-        or only `drawing`: the first size of `decode` alone (`cvae sample`). Every size added
-        later gives the bits of the first. `classify` checks its reading itself when it is
-        first called unchecked.
+        check (`CHECKS`): `all` sizes of every group; or the `first` size kept of drawing's
+        (`decode`, all that `/sample` runs), leaving its larger sizes and the other groups to
+        `check_remaining_blocks` (a server answers once one size is compiled; `cvae sample`).
+        Every size added later gives the bits of the first. Codes and reading are checked by
+        the first call that needs them, when still unchecked.
         """
         if check not in CHECKS:
             raise ValueError(f"check={check!r}: one of {', '.join(CHECKS)}")
-        probes = sampler_probes(self)
-        outcome = block_check(probes[:1] if check == "drawing" else probes, self.variables,
-                              self.block_sizes, first_only=check != "all")
-        self._use_checks(outcome, None)
+        drawing = block_check(group_probes(self, "drawing"), self.variables, self.block_sizes,
+                              first_only=check != "all")
+        self._use_checks({"drawing": drawing, "codes": None, "reading": None})
         if check == "all":
-            self._check_reading(first_only=False)
-        return outcome.dropped
+            for group in LATER_GROUPS:
+                self._check_group(group, first_only=False)
+        return drawing.dropped
 
     def check_remaining_blocks(self) -> tuple[int, ...]:
-        """Check what `check_blocks("first")` left: reading (`classify`), then the drawing
-        sizes, adding those that keep the first size's bits; returns the drawing sizes dropped.
-        The kept sizes grow in place (one assignment, so a decode running meanwhile plans with
-        the old or the new ones)."""
-        self._check_reading(first_only=False)  # from here on no other thread sets `_checks`
-        drawing, reading = self._checks
-        if reading is not None and reading.unchecked:
-            reading = check_remaining(classify_probes(self), self.variables, reading)
-        outcome = check_remaining(sampler_probes(self), self.variables, drawing)
-        self._use_checks(outcome, reading)
-        return outcome.dropped
+        """Check what `check_blocks("first")` left: codes and reading, then the larger sizes of
+        every group, adding those that keep its first size's bits; returns the drawing sizes
+        dropped. The kept sizes grow in place (one assignment, so a call running meanwhile
+        plans with the old or the new ones)."""
+        for group in LATER_GROUPS:
+            self._check_group(group)
+        with self._check_lock:
+            checks = dict(self._checks)
+            for group, outcome in checks.items():
+                if outcome is not None and outcome.unchecked:
+                    checks[group] = check_remaining(group_probes(self, group), self.variables,
+                                                    outcome)
+            self._use_checks(checks)
+        return self.dropped_blocks
 
-    def _check_reading(self, first_only: bool = True) -> None:
-        """Check `classify`'s block sizes (the first kept, or all) unless done: once, whichever
+    def signature(self, *groups: str) -> bytes:
+        """The bits this machine's kernels give `groups`' test rows (what an ETag of their
+        output covers), checking any group not checked yet (0.1 to 0.4 s, once): empty for a
+        sampler whose blocks were never checked."""
+        for group in groups:
+            self._check_group(group)
+        checks = self._checks or {}
+        return b"".join(checks[group].signature for group in groups
+                        if checks.get(group) is not None)
+
+    def checked(self, *groups: str) -> bool:
+        """Whether `signature(*groups)` is ready without checking anything."""
+        return not any(self._unchecked(group) for group in groups)
+
+    def _unchecked(self, group: str) -> bool:
+        """Whether `group` has functions whose blocks `check_blocks` left for later."""
+        return (self._checks is not None and self._checks[group] is None
+                and bool(group_probes(self, group)))
+
+    def _check_group(self, group: str, *, first_only: bool = True) -> None:
+        """Check `group`'s block sizes (the first kept, or all) unless done: once, whichever
         thread asks first (a request, or a server's background checks); the others wait."""
-        if self._checks is None or self._checks[1] is not None or not classify_probes(self):
-            return  # never checked (its sizes used as given), checked, or it reads no digits
-        with self._reading_lock:
-            drawing, reading = self._checks
-            if reading is None:
-                self._use_checks(drawing, block_check(
-                    classify_probes(self), self.variables, self.classify_block_sizes,
-                    first_only=first_only))
+        if not self._unchecked(group):
+            return  # never checked (its sizes used as given), checked, or nothing to check
+        with self._check_lock:
+            if self._checks[group] is None:
+                self._use_checks({**self._checks, group: block_check(
+                    group_probes(self, group), self.variables, getattr(self, SIZES[group]),
+                    first_only=first_only)})
 
     @property
     def blocks_unchecked(self) -> tuple[int, ...]:
-        """The sizes, drawing's or reading's, that `check_blocks("first")` left for
-        `check_remaining_blocks` (not decoded with until then); all of reading's while it is
+        """The sizes of any group that `check_blocks("first")` left for
+        `check_remaining_blocks` (not run with until then); all of a group's while it is
         unchecked."""
         if self._checks is None:
             return ()
-        drawing, reading = self._checks
-        pending = reading.unchecked if reading is not None else self.classify_block_sizes
-        return tuple(sorted({*drawing.unchecked, *(pending if classify_probes(self) else ())}))
+        pending = set()
+        for group, outcome in self._checks.items():
+            if outcome is not None:
+                pending.update(outcome.unchecked)
+            elif self._unchecked(group):
+                pending.update(getattr(self, SIZES[group]))
+        return tuple(sorted(pending))
 
-    def _use_checks(self, drawing: BlockCheck, reading: BlockCheck | None) -> None:
+    def _use_checks(self, checks: dict) -> None:
+        drawing, codes, reading = (checks[group] for group in GROUPS)
         self.block_sizes, self.dropped_blocks = drawing.kept, drawing.dropped
-        self.drawing_signature = self.kernel_signature = drawing.signature
+        self.drawing_signature = drawing.signature
+        if codes is not None:
+            self.code_block_sizes, self.dropped_code_blocks = codes.kept, codes.dropped
         if reading is not None:
             self.classify_block_sizes = reading.kept
             self.dropped_classify_blocks = reading.dropped
-            self.kernel_signature = drawing.signature + reading.signature
-        self._checks = (drawing, reading)
+        self.kernel_signature = b"".join(outcome.signature for outcome in (drawing, codes, reading)
+                                         if outcome is not None)
+        self._checks = checks
 
     def warm_up(self) -> None:
         """Compile what a first request runs besides the checked decode blocks: the latent

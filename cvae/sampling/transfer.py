@@ -26,7 +26,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cvae.data.pixels import to_unit
-from cvae.sampling.sampler import Codes, LatentRequest, Sampler, batch_latents
+from cvae.sampling.sampler import Sampler
+from cvae.sampling.latents import Codes, LatentRequest, batch_latents
 
 
 class TransferRequest(NamedTuple):

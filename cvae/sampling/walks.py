@@ -34,7 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cvae.sampling.sampler import Codes, LatentRequest, Sampler, batch_latents
+from cvae.sampling.sampler import Sampler
+from cvae.sampling.latents import Codes, LatentRequest, batch_latents
 
 
 class LatentWalk(NamedTuple):

@@ -15,10 +15,10 @@ from fastapi.routing import APIRoute
 
 from cvae.sampling.walks import DigitWalk, LatentWalk
 from cvae.sampling.grid import grid_columns
-from cvae.sampling.sampler import LatentRequest
+from cvae.sampling.latents import LatentRequest
 from cvae.data.specs import spec_of
 from service.dependencies import (RANDOM_SEED_LIMIT, ServedModel, cache_control, decode,
-                                  random_seed, served_model)
+                                  kernel_signature, random_seed, served_model)
 from service.params import (SAMPLE_QUERY, InterpolateParams, SampleParams, check_labels,
                             class_label, sample_params)
 from service.responses import (SAMPLE_RESPONSES, encode_png, entity_tag, etag_matches,
@@ -112,7 +112,8 @@ async def interpolate(request: Request, params: Annotated[InterpolateParams, Que
                "Cache-Control": "no-store"}
     if params.seed is not None:
         headers["ETag"] = entity_tag(loaded, "interpolate", (
-            params.walk, *work, cols, params.scale, params.pad))
+            params.walk, *work, cols, params.scale, params.pad),
+            await kernel_signature(loaded, "codes"))
         headers["Cache-Control"] = cache_control(request)
         if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
             return Response(status_code=304, headers=headers)

@@ -14,7 +14,8 @@ from fastapi.responses import Response
 
 from cvae.sampling.transfer import TransferRequest, transfer_tiles
 from cvae.data.specs import spec_of
-from service.dependencies import ServedModel, cache_control, decode, random_seed
+from service.dependencies import (ServedModel, cache_control, decode, kernel_signature,
+                                  random_seed)
 from service.params import TransferParams, check_labels, class_label, prepare_mode
 from service.responses import (IMAGE_HEADERS, SAMPLE_RESPONSES, BadParameters, encode_png,
                                entity_tag, too_large)
@@ -69,10 +70,13 @@ async def transfer(request: Request, params: Annotated[TransferParams, Query()],
     if params.samples and params.seed is None:
         headers["Cache-Control"] = "no-store"
     else:
+        # Encoded and decoded as codes; without a label, a few-label model reads it first.
+        reads = label is None and loaded.sampler.has_classifier
+        groups = ("codes", "reading") if reads else ("codes",)
         headers["ETag"] = entity_tag(loaded, "transfer", (
             digest, prepare, label, digits, params.samples,
             seed if params.samples else None, params.show_input, cols, params.scale,
-            params.pad))
+            params.pad), await kernel_signature(loaded, *groups))
         headers["Cache-Control"] = cache_control(request)
     work = TransferRequest(image, label, digits, params.samples, seed or 0)
     result = await decode(request, loaded, work)
