@@ -191,14 +191,15 @@ GROUPS = {
         "python scripts/example_datasets.py colour runs/colour.npz",
         "cvae data --from runs/colour.npz --name colour"),
         cost="on 2 CPU cores about 23 minutes of training (the chosen epochs' estimate, which "
-        "counts matrix products only, said 10) and 3 of evaluation"),
+        "then counted matrix products only, said 10) and 3 of evaluation"),
     "emoji": own_group("emoji", "emoji", (
         "npm pack --pack-destination runs emoji-datasource-google@16.0.0",
         "python scripts/example_datasets.py emoji runs/emoji "
         "--source runs/emoji-datasource-google-16.0.0.tgz",
         "cvae data --from runs/emoji --name emoji"),
-        cost="on 2 CPU cores 30 to 50 minutes of training (the chosen epochs' estimate counts "
-        "matrix products only, which on 64x64 colour are less than half of a step) and about 30 "
+        cost="on 2 CPU cores 30 to 50 minutes of training (the chosen epochs' estimate then "
+        "counted matrix products only, which on 64x64 colour are less than half of a step; it "
+        "now times a step's parts) and about 30 "
         "of evaluation the first time, most of it training the set's classifier (then kept)"),
 }
 
