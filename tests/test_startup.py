@@ -1,5 +1,6 @@
 """A start in seconds: one block size of `decode` checked before the first answer, the others and
-the other functions' later, with the same bits; compiled programs read from a cache, the one an export carries included.
+the other functions' later, with the same bits; compiled programs read from a cache, the one an
+export carries included.
 
 Costs, measured on the 2-core AVX2 EPYC: the block-check tests under 1 CPU-s; the sampler's
 about 6; the service's about 8; the carried programs' about 40 (an export, its programs packed
