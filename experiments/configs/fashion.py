@@ -4,6 +4,10 @@ the 5-component logistic mixture, sharpness 10), its epochs fixed at what the st
 screens.
 
     python -m experiments.run fashion --seeds 0
+
+Measured 2026-11-30 on the 2-core Intel Xeon (AVX-512, AMX), alone, seed 0: 1,317 s; sample FD
+1.437 against the real halves' 0.407 (3.53 times, in this machine's classifier's features),
+recall 0.644, sample accuracy 0.934 (the classifier: 90.06% on real images).
 """
 
 from experiments.pins import NO_BOUNDS
