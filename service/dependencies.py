@@ -67,6 +67,6 @@ async def kernel_signature(loaded: Loaded, *groups: str) -> bytes:
     """`Sampler.signature` of `groups` (for an ETag), checked on a thread the first time:
     a server checks only `decode`'s blocks before it answers."""
     sampler = loaded.sampler
-    if not sampler.checked(*groups):
-        await asyncio.to_thread(sampler.signature, *groups)
-    return sampler.signature(*groups)
+    if sampler.checked(*groups):
+        return sampler.signature(*groups)
+    return await asyncio.to_thread(sampler.signature, *groups)

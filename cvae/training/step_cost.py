@@ -94,13 +94,13 @@ def measure_step(config: Config, data: DataProfile, *,
         cost.matrix, cost.pixels, cost.weights, cost.gemm_gflops)))
 
 
-def _median_seconds(fn, *args) -> float:
-    """The median time of `REPEATS` calls of a jitted `fn` (after one that compiles it)."""
+def _median_seconds(fn, *args, repeats: int = REPEATS) -> float:
+    """The median time of `repeats` calls of a jitted `fn` (after one that compiles it)."""
     import jax
 
     jax.block_until_ready(fn(*args))
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
@@ -145,21 +145,10 @@ def optimizer_seconds() -> float:
 
 
 def matrix_rate(size: int = 1024, repeats: int = 5) -> float:
-    """This machine's float32 matrix product rate, GFLOP/s (the median of `repeats`; process
-    0's in a run of several). It runs on JAX's backend: a run joins the distributed runtime
-    before, since that must come first."""
+    """This machine's float32 matrix product rate, GFLOP/s (the median of `repeats`). It runs
+    on JAX's backend: a run joins the distributed runtime before, since that must come first."""
     import jax
     import jax.numpy as jnp
 
-    from cvae.training import processes
-
     a = jnp.ones((size, size), jnp.float32)
-    dot = jax.jit(jnp.dot)
-    dot(a, a).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dot(a, a).block_until_ready()
-        times.append(time.perf_counter() - start)
-    rate = 2.0 * size**3 / sorted(times)[len(times) // 2] / 1e9
-    return processes.from_process_zero(rate)  # every process of a run chooses alike
+    return 2.0 * size**3 / _median_seconds(jax.jit(jnp.dot), a, a, repeats=repeats) / 1e9
