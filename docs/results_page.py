@@ -15,6 +15,7 @@ import re
 import statistics
 from pathlib import Path
 
+from cvae.evaluation.fidelity import CLASSIFIER_VERSION
 from cvae.training.choices import MIXTURE_SHARPNESS
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -223,10 +224,25 @@ def table(name: str) -> str:
 
 
 def provenance(runs: list[dict], group: Group) -> str:
-    """Where the runs ran, from their run records, and what a seed costs."""
+    """Where the runs ran, from their run records, which fidelity classifier scored their
+    samples where it is not the one `cvae eval` trains now, and what a seed costs."""
     machines = sorted({machine(run["record"]) for run in runs if "record" in run})
     where = f" Run on {' and '.join(machines)} (the run records)." if machines else ""
-    return where + (f" Cost: {group.cost}." if group.cost else "")
+    return where + classifier_note(runs) + (f" Cost: {group.cost}." if group.cost else "")
+
+
+def classifier_note(runs: list[dict]) -> str:
+    """A sentence naming the fidelity classifier's recipe (its version) where the runs were
+    scored by an older one than `cvae eval`'s, whose features put FD on another scale."""
+    versions = sorted({run["fidelity"]["classifier"].get("version", 1) for run in runs
+                       if "classifier" in run.get("fidelity", {})})
+    if not versions or versions == [CLASSIFIER_VERSION]:
+        return ""
+    named = " and ".join(f"v{v}" for v in versions)
+    return (f" Sample figures in the features of the fidelity classifier's recipe {named};"
+            f" `cvae eval` now trains v{CLASSIFIER_VERSION} ([Evaluation](evaluation.md)), whose"
+            " features read other distances, so a rerun's figures are not comparable with"
+            " these.")
 
 
 def machine(record: dict) -> str:

@@ -161,7 +161,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 # `cvae eval`'s fidelity classifier for `eval_data_dir`'s digits, as a first `cvae eval` caches
-# it: training it is about 55 CPU-seconds, so the session copies it instead. A stale copy (the
+# it: training it takes about 190 s on 2 cores, so the session copies it instead. A stale copy (the
 # synthetic digits or the classifier's recipe changed) is not used: it is trained again, and
 # tests/test_fidelity.py fails until `CVAE_REFRESH_EVAL_CLASSIFIER=1` rewrites it.
 EVAL_CLASSIFIER = Path(__file__).parent / "fixtures" / "eval-classifier"

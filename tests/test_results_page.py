@@ -67,6 +67,15 @@ def test_the_results_page_has_no_figure_of_ours_written_by_hand():
         assert name in results_page.GROUPS
 
 
+def test_a_table_scored_by_an_older_fidelity_classifier_says_so():
+    current = results_page.CLASSIFIER_VERSION
+    scored = [{"fidelity": {"classifier": {"version": v}}} for v in (current - 1, current)]
+    note = results_page.classifier_note(scored)
+    assert f"recipe v{current - 1} and v{current};" in note and f"now trains v{current}" in note
+    assert results_page.classifier_note(scored[1:]) == ""
+    assert results_page.classifier_note([{"elbo": {}}]) == ""  # no samples scored: nothing said
+
+
 def test_a_group_without_files_fails_the_build_rather_than_rendering_nothing(monkeypatch):
     empty = results_page.Group("no-such", ("true",), "nothing.json", results_page.BOUNDS)
     monkeypatch.setitem(results_page.GROUPS, "empty", empty)

@@ -1,9 +1,11 @@
 """Sample fidelity: a small classifier of the dataset's images, and the scores it gives to
 generated ones.
 
-The classifier (two 5x5 stride-2 convolutions, 16 and 32 channels, then dense 128 and one logit
-a class) takes its input shape and class count from the dataset's spec (`cvae.data.specs`). It
-is trained once per dataset on its training set and cached beside the data as
+The classifier (two 5x5 stride-2 convolutions, 32 and 64 channels, then dense 128 and one logit
+a class, with dropout while it trains) takes its input shape and class count from the dataset's
+spec (`cvae.data.specs`). It is trained once per dataset on its training set, 16 epochs (about
+where its test accuracy stops rising: Fashion-MNIST's reads 92.2%, the old 4-epoch net of half
+the width 90.1%), and cached beside the data as
 `<data-dir>/classifier/<dataset>-<sha12>-v<version>/` (msgpack weights + meta.json), where sha12
 is a checksum of the training images and labels: another dataset, or other data, gets another
 classifier. Generated
@@ -38,28 +40,33 @@ from cvae.evaluation.precision_recall import precision_recall
 FEATURES = 128
 # Pixels strictly between these are grey: a real stroke's anti-aliased edge, or a mean's blur.
 GREY_PIXELS = (0.1, 0.9)
-CLASSIFIER_VERSION = 1  # bump when the architecture or recipe changes: invalidates caches
-# How long the classifier trains: 4 epochs, and at least the steps that makes on MNIST's 60,000
-# images at batch 128, so that a small data set (1,438 images: 11 steps an epoch) is not read
-# by a classifier that took 44 steps and reads its test images at chance.
-CLASSIFIER_EPOCHS, CLASSIFIER_BATCH = 4, 128
-CLASSIFIER_MIN_STEPS = CLASSIFIER_EPOCHS * (60_000 // CLASSIFIER_BATCH)
+CLASSIFIER_VERSION = 2  # bump when the architecture or recipe changes: invalidates caches
+# How long the classifier trains: 16 epochs, and at least 1,872 steps (4 epochs of MNIST's
+# 60,000 images at batch 128), so that a small data set (1,438 images: 11 steps an epoch) is
+# not read by a classifier that took 176 steps and reads its test images at chance.
+CLASSIFIER_EPOCHS, CLASSIFIER_BATCH = 16, 128
+CLASSIFIER_MIN_STEPS = 4 * (60_000 // CLASSIFIER_BATCH)
+# Dropout on the flattened convolutions and the features while training: without it the wider
+# net overfits Fashion-MNIST (91.7% at 12 epochs; 0.5 read 91.8%, random shifts 91.2%).
+CLASSIFIER_DROPOUT = 0.3
 
 
 class Classifier(nn.Module):
     """images float32[B, h, w, c] (or any shape of B * h * w * c values) in [0, 1] ->
-    (logits [B, num_classes], penultimate features [B, 128]); (h, w, c) = `image_shape`."""
+    (logits [B, num_classes], penultimate features [B, 128]); (h, w, c) = `image_shape`.
+    `train` drops units (the "dropout" rng); the features are always those before dropout."""
 
     image_shape: tuple[int, int, int]
     num_classes: int
 
     @nn.compact
-    def __call__(self, images: jax.Array):
+    def __call__(self, images: jax.Array, *, train: bool = False):
+        dropout = nn.Dropout(CLASSIFIER_DROPOUT, deterministic=not train)
         h = images.reshape(-1, *self.image_shape)
-        h = nn.relu(nn.Conv(16, (5, 5), strides=2)(h))  # 28x28 -> 14x14
-        h = nn.relu(nn.Conv(32, (5, 5), strides=2)(h))  # -> 7x7
-        features = nn.relu(nn.Dense(FEATURES)(h.reshape(h.shape[0], -1)))
-        return nn.Dense(self.num_classes)(features), features
+        h = nn.relu(nn.Conv(32, (5, 5), strides=2)(h))  # 28x28 -> 14x14
+        h = nn.relu(nn.Conv(64, (5, 5), strides=2)(h))  # -> 7x7
+        features = nn.relu(nn.Dense(FEATURES)(dropout(h.reshape(h.shape[0], -1))))
+        return nn.Dense(self.num_classes)(dropout(features)), features
 
 
 def classifier_for(spec: DatasetSpec) -> Classifier:
@@ -133,17 +140,18 @@ def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, spec
     labels = jnp.asarray(train_labels, jnp.int32)
     steps_per_epoch = max(1, len(images) // batch_size)
     tx = optax.adam(optax.cosine_decay_schedule(learning_rate, epochs * steps_per_epoch))
-    key = jax.random.key(seed)
+    key, dropout_key = jax.random.split(jax.random.key(seed))
     params = module.init(key, jnp.zeros((1, *spec.image_shape)))["params"]
     opt_state = tx.init(params)
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def step(params, opt_state, order, first):
+    def step(params, opt_state, order, *, first, dropout_key):
         idx = jax.lax.dynamic_slice_in_dim(order, first * batch_size, batch_size)
         x, y = to_unit(images[idx]), labels[idx]
 
         def loss_fn(params):
-            logits, _ = module.apply({"params": params}, x)
+            logits, _ = module.apply({"params": params}, x, train=True,
+                                     rngs={"dropout": dropout_key})
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
         updates, opt_state = tx.update(jax.grad(loss_fn)(params), opt_state, params)
@@ -152,7 +160,9 @@ def train_classifier(train_images: np.ndarray, train_labels: np.ndarray, *, spec
     for epoch in range(epochs):
         order = jax.random.permutation(jax.random.fold_in(key, epoch), len(images))
         for first in range(steps_per_epoch):
-            params, opt_state = step(params, opt_state, order, first)
+            params, opt_state = step(params, opt_state, order, first=first,
+                                     dropout_key=jax.random.fold_in(
+                                         dropout_key, epoch * steps_per_epoch + first))
     return jax.device_get(params)
 
 
