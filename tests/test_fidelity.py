@@ -111,6 +111,25 @@ def test_the_classifier_takes_its_shape_and_classes_from_the_spec():
     np.testing.assert_array_equal(flat, logits)
 
 
+def test_a_colour_classifier_also_reads_the_shape_whatever_its_colours():
+    """A red square on blue and the same square in green on red (the channels rotated): the
+    same distances from the border colour, zero on the background; grey images get no extra
+    input channel, colour ones one."""
+    image = np.zeros((1, 8, 8, 3), np.float32)
+    image[..., 2] = 1.0
+    image[0, 2:6, 2:6] = (1.0, 0.0, 0.0)
+    rotated = np.roll(image, 1, axis=-1)
+    distance = np.asarray(fidelity.distance_from_border(jnp.asarray(image)))
+    np.testing.assert_array_equal(distance, fidelity.distance_from_border(jnp.asarray(rotated)))
+    assert distance.shape == (1, 8, 8, 1)
+    assert distance[0, 0, 0, 0] < 1e-2 and distance[0, 3, 3, 0] > 0.8
+    for spec, inputs in ((MNIST, 1), (DatasetSpec("toy", "Toy", "Toy", 8, 8, 3, ("a", "b"),
+                                                  MNIST.source), 4)):
+        params = fidelity.classifier_for(spec).init(jax.random.key(0),
+                                                    jnp.zeros((1, *spec.image_shape)))
+        assert params["params"]["Conv_0"]["kernel"].shape[2] == inputs
+
+
 def test_a_small_training_set_trains_the_classifier_at_least_four_epochs_of_mnist():
     assert fidelity.classifier_epochs(60_000) == 16  # MNIST's and Fashion-MNIST's 7,488 steps
     assert fidelity.classifier_epochs(1_438) == 171  # 11 steps an epoch: 1,881 steps

@@ -3,9 +3,10 @@ generated ones.
 
 The classifier (two 5x5 stride-2 convolutions, 32 and 64 channels, then dense 128 and one logit
 a class, with dropout while it trains) takes its input shape and class count from the dataset's
-spec (`cvae.data.specs`). It is trained once per dataset on its training set, 16 epochs (about
-where its test accuracy stops rising: Fashion-MNIST's reads 92.2%, the old 4-epoch net of half
-the width 90.1%), and cached beside the data as
+spec (`cvae.data.specs`); a colour image's also reads each pixel's distance from the image's
+border colour (`distance_from_border`). It is trained once per dataset on its training set, 16
+epochs (about where its test accuracy stops rising: Fashion-MNIST's reads 92.2%, the old
+4-epoch net of half the width 90.1%), and cached beside the data as
 `<data-dir>/classifier/<dataset>-<sha12>-v<version>/` (msgpack weights + meta.json), where sha12
 is a checksum of the training images and labels: another dataset, or other data, gets another
 classifier. Generated
@@ -63,10 +64,23 @@ class Classifier(nn.Module):
     def __call__(self, images: jax.Array, *, train: bool = False):
         dropout = nn.Dropout(CLASSIFIER_DROPOUT, deterministic=not train)
         h = images.reshape(-1, *self.image_shape)
+        if self.image_shape[-1] > 1:
+            h = jnp.concatenate([h, distance_from_border(h)], axis=-1)
         h = nn.relu(nn.Conv(32, (5, 5), strides=2)(h))  # 28x28 -> 14x14
         h = nn.relu(nn.Conv(64, (5, 5), strides=2)(h))  # -> 7x7
         features = nn.relu(nn.Dense(FEATURES)(dropout(h.reshape(h.shape[0], -1))))
         return nn.Dense(self.num_classes)(dropout(features)), features
+
+
+def distance_from_border(images: jax.Array) -> jax.Array:
+    """float[B, h, w, c] -> float[B, h, w, 1]: each pixel's RMS distance over the channels from
+    its image's mean border colour. A colour image's classifier reads it beside the colours: the
+    figure's shape whatever its colours (seeded colour digits, tinted at random on random
+    backgrounds: 47.6% of the real test images read without it, 83.6% with it)."""
+    ring = jnp.concatenate([images[:, 0], images[:, -1], images[:, :, 0], images[:, :, -1]],
+                           axis=1)
+    border = ring.mean(axis=1)[:, None, None, :]
+    return jnp.sqrt(jnp.mean(jnp.square(images - border), axis=-1, keepdims=True) + 1e-6)
 
 
 def classifier_for(spec: DatasetSpec) -> Classifier:
