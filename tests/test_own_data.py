@@ -560,7 +560,7 @@ def test_cvae_train_registers_a_prepared_dataset_named_by_a_flag_or_a_config_fil
     (tmp_path / "run.toml").write_text('dataset = "from-file"\n')
     for flags in (["--dataset", "from-file"], ["--config", str(tmp_path / "run.toml")]):
         assert main(["train", "--data-dir", str(tmp_path / "data"), "--print-config",
-                     *flags]) == 0
+                     "--epochs", "3", *flags]) == 0
         assert 'dataset = "from-file"' in capsys.readouterr().out
     assert main(["train", "--data-dir", str(tmp_path / "data"), "--dataset", "elsewhere",
                  "--print-config"]) == 2

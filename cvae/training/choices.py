@@ -10,8 +10,9 @@ kept in the run record and shown by `--print-config`.
 - Sharpness, where it chooses the mixture: each pixel rendered from near its likeliest component
   (`MIXTURE_SHARPNESS`), not the mixture's mean, which blends a pixel's modes into grey.
 - Validation: a tenth of the training images, at most the default's 1,000 and at least one.
-- Epochs: as many as fit `TIME_BUDGET_SECONDS` at the cost of a step timed on this machine
-  (cvae/training/step_cost.py), at most the default's. MNIST's default is nearly binary, 28x28
+- Epochs: as many as fit `TIME_BUDGET_SECONDS` at the cost of a training step timed on this
+  machine as training runs it (cvae/training/step_cost.py), at most the default's, for every
+  family and architecture. MNIST's default is nearly binary, 28x28
   and 59,000 images, so nothing is chosen for it: it trains as it always has, bit for bit.
 """
 
@@ -23,7 +24,7 @@ from typing import Callable
 
 from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.data.profile import DataProfile
-from cvae.training.step_cost import StepCost, image_flops, measure_step
+from cvae.training.step_cost import StepCost, measure_step
 
 NEARLY_BINARY = 0.15  # the largest share of pixels between the ends a Bernoulli takes
 MIXTURE_COMPONENTS = 5  # logistics a pixel for the chosen mixture (PixelCNN++: 10 on CIFAR)
@@ -79,15 +80,14 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
             changes["data.validation_size"] = size
             reasons.append(f"validation  {size} images: a tenth of the {data.images}")
     chosen = config.updated(changes)
-    mlp = image_flops(chosen, data) > 0
     if resumed is not None and set(resumed.diff(chosen)) - set(RESUMABLE_CHANGES):
         resumed = None  # another run's folder: training will refuse it, so choose as if fresh
-    if "run.epochs" not in given and mlp and resumed is not None:
+    if "run.epochs" not in given and resumed is not None:
         changes["run.epochs"] = resumed.run.epochs
         changes["run.eval_every"] = resumed.run.eval_every
         reasons.append(f"epochs      {resumed.run.epochs}: those of the run it resumes, "
                        "chosen when it started")
-    elif "run.epochs" not in given and mlp:
+    elif "run.epochs" not in given:
         cost = step_cost(chosen, data)
         steps = (data.images - chosen.data.validation_size) / chosen.run.batch_size
         seconds = cost.seconds * steps  # an epoch
@@ -96,10 +96,10 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
             changes["run.epochs"] = epochs
             changes["run.eval_every"] = max(1, epochs // 14)
         minutes = round(epochs * seconds / 60)
-        parts = (f"{1000 * cost.matrix:.0f} ms of matrix products at {cost.gemm_gflops:.0f} "
-                 f"GFLOP/s, {1000 * cost.pixels:.0f} of likelihood, "
-                 f"{1000 * cost.weights:.0f} of optimizer")
-        reasons.append(f"epochs      {epochs}: about {minutes} minute{'s' * (minutes != 1)} "
-                       f"here, a step timed at {1000 * cost.seconds:.0f} ms ({parts}; at most "
-                       f"{TIME_BUDGET_SECONDS // 60} minutes, at most {config.run.epochs})")
+        spent = (f"about {minutes} minute{'s' * (minutes != 1)}" if minutes
+                 else "under a minute")
+        reasons.append(f"epochs      {epochs}: {spent} here, a training step of batch "
+                       f"{chosen.run.batch_size} timed at {1000 * cost.seconds:.0f} ms (the "
+                       f"median of {cost.steps}; at most {TIME_BUDGET_SECONDS // 60} minutes, "
+                       f"at most {config.run.epochs})")
     return Choices(changes, tuple(reasons))

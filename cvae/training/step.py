@@ -118,8 +118,20 @@ def create_train_step(model, optimizer: optax.GradientTransformation, config: Co
         check_divisible(config.run.batch_size, mesh)
         supervision.check_devices(mesh)
         state = replicate(state, mesh)
+    train_step = train_step_of(model, config, supervision=supervision,
+                               batch_norm=bool(state.batch_stats),
+                               learning_rate_fn=learning_rate_fn, mesh=mesh)
+    return state, jax.jit(train_step, donate_argnums=0)
+
+
+def train_step_of(model, config: Config, *, supervision, batch_norm: bool,
+                  learning_rate_fn: optax.Schedule | None = None,
+                  mesh: Mesh | None = None) -> Callable:
+    """`train_step(state, batch, key) -> (state, metrics)`, not jitted (`create_train_step`
+    jits it with the state donated); `batch_norm`: whether the state keeps BatchNorm's
+    statistics."""
     kl_weight_at = create_kl_weight_schedule(config)
-    use_batch_norm = bool(state.batch_stats)
+    use_batch_norm = batch_norm
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array):
         if mesh is not None:
@@ -154,7 +166,7 @@ def create_train_step(model, optimizer: optax.GradientTransformation, config: Co
                 state.step // config.optimizer.accumulation_steps)
         return new_state, metrics
 
-    return state, jax.jit(train_step, donate_argnums=0)
+    return train_step
 
 
 def ema_decay_at(updates, decay: float):
