@@ -231,7 +231,8 @@ def provenance(runs: list[dict], group: Group) -> str:
     samples where it is not the one `cvae eval` trains now, and what a seed costs."""
     machines = sorted({machine(run["record"]) for run in runs if "record" in run})
     where = f" Run on {' and '.join(machines)} (the run records)." if machines else ""
-    return where + classifier_note(runs) + (f" Cost: {group.cost}." if group.cost else "")
+    return (where + classifier_note(runs) + sample_size_note(runs)
+            + (f" Cost: {group.cost}." if group.cost else ""))
 
 
 def classifier_note(runs: list[dict]) -> str:
@@ -246,6 +247,23 @@ def classifier_note(runs: list[dict]) -> str:
             f" `cvae eval` now trains v{CLASSIFIER_VERSION} ([Evaluation](evaluation.md)), whose"
             " features read other distances, so a rerun's figures are not comparable with"
             " these.")
+
+
+def sample_size_note(runs: list[dict]) -> str:
+    """A sentence where the samples outnumbered the real half they were scored against (`cvae
+    eval` before it matched the two): a Fréchet distance shrinks as its sets grow, so those
+    samples' FD, and its ratio to the real halves', read better than at equal sizes."""
+    sizes = sorted({(sum(run["fidelity"]["samples"]["label_counts"]), run["test_examples"] // 2)
+                    for run in runs if "label_counts" in run.get("fidelity", {}).get("samples", {})
+                    and "test_examples" in run})
+    outnumbered = [(drawn, half) for drawn, half in sizes if drawn > 2 * half]
+    if not outnumbered:
+        return ""
+    drawn, half = outnumbered[0]
+    return (f" Samples scored {drawn:,} against a real half of {half:,} test images: the"
+            " Fréchet distance falls as its sets grow, so their FD and its ratio to the real"
+            " halves' read better than at equal sizes, which `cvae eval` now draws"
+            " ([Evaluation](evaluation.md#why-the-samples-follow-the-test-labels)).")
 
 
 def machine(record: dict) -> str:

@@ -171,3 +171,24 @@ def test_balanced_samples_are_the_sampler_grid_of_n_a_digit_and_the_default_draw
                                      reference_labels=reference_labels)
     np.testing.assert_equal(scored[False], {**expected, "per_digit": 6,
                                             "label_counts": counts.tolist(), "temperature": 1.0})
+
+
+def test_by_default_the_samples_are_as_many_as_the_reference_half_holds():
+    """A Fréchet distance grows as its sets shrink: on a small test set the samples match the
+    reference half's size (and its labels' mix), so that their FD and the real halves' are
+    comparable; a large one keeps 500 a label; a count given is kept as given."""
+    from cvae.evaluation.run import EvalOptions, sample_counts
+
+    small = np.arange(180) % 10  # scikit-learn's digits: a half of about 180 test images
+    counts = sample_counts(small, EvalOptions(), num_classes=10)
+    assert counts.sum() == 180 and counts.tolist() == label_counts_like(
+        small, 180, num_classes=10).tolist()
+    uneven = np.array([0] * 97 + [1] * 3 + [2] * 1)  # 101 images, rounding kept out
+    assert sample_counts(uneven, EvalOptions(), num_classes=3).sum() == 101
+    large = np.arange(5000) % 10  # MNIST's half: 500 a label, as before
+    assert sample_counts(large, EvalOptions(), num_classes=10).sum() == 5000
+    assert sample_counts(np.arange(20000) % 10, EvalOptions(), num_classes=10).sum() == 5000
+    assert sample_counts(small, EvalOptions(samples_per_digit=300),
+                         num_classes=10).sum() == 3000
+    assert sample_counts(small, EvalOptions(balanced_samples=True),
+                         num_classes=10).tolist() == [18] * 10

@@ -76,6 +76,17 @@ def test_a_table_scored_by_an_older_fidelity_classifier_says_so():
     assert results_page.classifier_note([{"elbo": {}}]) == ""  # no samples scored: nothing said
 
 
+def test_a_table_whose_samples_outnumbered_the_real_half_says_so():
+    def run(drawn, test_examples):
+        return {"fidelity": {"samples": {"label_counts": [drawn // 2, drawn - drawn // 2]}},
+                "test_examples": test_examples}
+
+    note = results_page.sample_size_note([run(5000, 359), run(180, 359)])
+    assert "Samples scored 5,000 against a real half of 179 test images" in note
+    assert results_page.sample_size_note([run(5000, 10000), run(179, 359)]) == ""
+    assert results_page.sample_size_note([{"elbo": {}}]) == ""  # no samples scored
+
+
 def test_a_group_without_files_fails_the_build_rather_than_rendering_nothing(monkeypatch):
     empty = results_page.Group("no-such", ("true",), "nothing.json", results_page.BOUNDS)
     monkeypatch.setitem(results_page.GROUPS, "empty", empty)

@@ -112,8 +112,9 @@ def add_eval_command(commands) -> None:
     evaluate.add_argument("--iwae-limit", type=bounded(int, 0), default=None,
                           help="the IWAE bounds on the first N of those only (default all)")
     evaluate.add_argument("--samples-per-digit", type=bounded(int, 2, 10000), default=None,
-                          help="generated digits per label, on average, for the fidelity "
-                               "scores (default 500; split as the test digits' labels are)")
+                          help="generated images per label, on average, for the fidelity "
+                               "scores (default 500, or as many in all as the reference half "
+                               "of a smaller test set holds; split as the test labels are)")
     evaluate.add_argument("--balanced-samples", action="store_true", default=None,
                           help="exactly --samples-per-digit of every label, whatever the test "
                                "labels' mix")

@@ -69,6 +69,7 @@ from cvae.data.specs import spec_of
 # seed`), both scored in the same `cvae eval` run: a model that learnt the data, not one that
 # blurs it.
 FD_RATIO_TARGET = 0.15
+DEFAULT_SAMPLES = 500  # generated images a label for the fidelity scores, where the test set has them
 MAX_CLASS_LINES = 20  # the table shows each class's figures up to this many classes
 
 
@@ -83,7 +84,9 @@ class EvalOptions:
     iwae_chunk: int = 100  # samples evaluated at once (bounds memory, not the result)
     test_limit: int = 0  # 0 = whole test set, N = the first N test examples
     iwae_limit: int = 0  # the IWAE bounds on the first N of those only (0 = all): cheap ranking
-    samples_per_digit: int = 500  # generated digits per label, on average, for the fidelity scores
+    # Generated images per label, on average, for the fidelity scores; None: DEFAULT_SAMPLES a
+    # label, but no more in all than the reference half holds (`sample_counts`).
+    samples_per_digit: int | None = None
     balanced_samples: bool = False  # exactly samples_per_digit a label, not the data's proportions
     seed: int = 0  # binarisation, importance samples, generated samples, report picks
     pixel_sharpness: float | None = None  # render at this instead of the checkpoint's own
@@ -145,15 +148,29 @@ def iwae_metrics(checkpoint, images_u8: np.ndarray, labels: np.ndarray,
     return {"iwae": result}
 
 
+def samples_per_label(reference_labels, options: EvalOptions, *, num_classes: int) -> int:
+    """`samples_per_digit` as given; by default `DEFAULT_SAMPLES`, or fewer where the reference
+    half is smaller than that many a label: a Fréchet distance grows as its sets shrink, so the
+    samples' and the real halves' are comparable only at about the same size (a small test set
+    such as scikit-learn's digits has a half of 180 images)."""
+    if options.samples_per_digit is not None:
+        return options.samples_per_digit
+    return max(2, min(DEFAULT_SAMPLES, len(reference_labels) // num_classes))
+
+
 def sample_counts(reference_labels, options: EvalOptions, *, num_classes: int) -> np.ndarray:
-    """How many samples of each label `cvae eval` scores: num_classes x `samples_per_digit`,
+    """How many samples of each label `cvae eval` scores: num_classes x `samples_per_label`,
     each label's count in the reference's label proportions, so that the samples and the
-    reference are drawn from the same p(y) (`fidelity.label_counts_like`);
-    `balanced_samples`: exactly `samples_per_digit` a label."""
+    reference are drawn from the same p(y) (`fidelity.label_counts_like`); by default as many
+    in all as the reference holds, at most `DEFAULT_SAMPLES` a label. `balanced_samples`:
+    exactly `samples_per_label` a label."""
+    per_label = samples_per_label(reference_labels, options, num_classes=num_classes)
     if options.balanced_samples:
-        return np.full(num_classes, options.samples_per_digit)
-    return fidelity.label_counts_like(reference_labels, num_classes * options.samples_per_digit,
-                                      num_classes=num_classes)
+        return np.full(num_classes, per_label)
+    total = num_classes * per_label
+    if options.samples_per_digit is None:  # the reference's size itself, not rounded down
+        total = min(len(reference_labels), num_classes * DEFAULT_SAMPLES)
+    return fidelity.label_counts_like(reference_labels, total, num_classes=num_classes)
 
 
 def eval_samples(sampler, reference_labels, options: EvalOptions):
@@ -183,7 +200,9 @@ def sample_scores(checkpoint, classifier, *, reference_features, reference_label
     scores = fidelity.score_images(classifier, samples, sample_labels,
                                    reference_features=reference_features,
                                    reference_labels=reference_labels)
-    return {**scores, "per_digit": options.samples_per_digit, "label_counts": counts.tolist(),
+    return {**scores, "per_digit": samples_per_label(reference_labels, options,
+                                                     num_classes=len(counts)),
+            "label_counts": counts.tolist(),
             "temperature": 1.0}
 
 
