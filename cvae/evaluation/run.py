@@ -69,7 +69,7 @@ from cvae.data.specs import spec_of
 # seed`), both scored in the same `cvae eval` run: a model that learnt the data, not one that
 # blurs it.
 FD_RATIO_TARGET = 0.15
-DEFAULT_SAMPLES = 500  # generated images a label for the fidelity scores, where the test set has them
+DEFAULT_SAMPLES = 500  # generated images a label for the fidelity scores, test set allowing
 MAX_CLASS_LINES = 20  # the table shows each class's figures up to this many classes
 
 
