@@ -164,12 +164,11 @@ def sample_counts(reference_labels, options: EvalOptions, *, num_classes: int) -
     reference are drawn from the same p(y) (`fidelity.label_counts_like`); by default as many
     in all as the reference holds, at most `DEFAULT_SAMPLES` a label. `balanced_samples`:
     exactly `samples_per_label` a label."""
-    per_label = samples_per_label(reference_labels, options, num_classes=num_classes)
     if options.balanced_samples:
-        return np.full(num_classes, per_label)
-    total = num_classes * per_label
-    if options.samples_per_digit is None:  # the reference's size itself, not rounded down
-        total = min(len(reference_labels), num_classes * DEFAULT_SAMPLES)
+        return np.full(num_classes, samples_per_label(reference_labels, options,
+                                                      num_classes=num_classes))
+    total = (num_classes * options.samples_per_digit if options.samples_per_digit is not None
+             else min(len(reference_labels), num_classes * DEFAULT_SAMPLES))  # not rounded down
     return fidelity.label_counts_like(reference_labels, total, num_classes=num_classes)
 
 

@@ -119,19 +119,18 @@ def create_train_step(model, optimizer: optax.GradientTransformation, config: Co
         supervision.check_devices(mesh)
         state = replicate(state, mesh)
     train_step = train_step_of(model, config, supervision=supervision,
-                               batch_norm=bool(state.batch_stats),
+                               use_batch_norm=bool(state.batch_stats),
                                learning_rate_fn=learning_rate_fn, mesh=mesh)
     return state, jax.jit(train_step, donate_argnums=0)
 
 
-def train_step_of(model, config: Config, *, supervision, batch_norm: bool,
+def train_step_of(model, config: Config, *, supervision, use_batch_norm: bool,
                   learning_rate_fn: optax.Schedule | None = None,
                   mesh: Mesh | None = None) -> Callable:
     """`train_step(state, batch, key) -> (state, metrics)`, not jitted (`create_train_step`
-    jits it with the state donated); `batch_norm`: whether the state keeps BatchNorm's
+    jits it with the state donated); `use_batch_norm`: whether the state keeps BatchNorm's
     statistics."""
     kl_weight_at = create_kl_weight_schedule(config)
-    use_batch_norm = batch_norm
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array):
         if mesh is not None:
