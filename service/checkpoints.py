@@ -35,6 +35,7 @@ from cvae.export.manifest import step_folders
 from cvae.export.load import exported_step, open_sampler
 from cvae.export.manifest import is_export
 from cvae.sampling.blocks import ROW_BY_ROW
+from cvae.sampling.grid import encoder_signature
 from cvae.sampling.sampler import Sampler
 
 if TYPE_CHECKING:
@@ -59,11 +60,13 @@ class Loaded:
 def fingerprint(sampler: Sampler) -> str:
     """sha256 of what decides a seeded picture's bytes besides its parameters: the weights, the
     config (its sharpness and truncation among them, which `cvae serve --truncation` changes),
-    the JAX version and backend, and the bits this machine's kernels give `decode` (replicas on
+    the JAX version and backend, the bits this machine's kernels give `decode` (replicas on
     CPUs whose kernels round differently get different fingerprints, so their ETags differ
-    too). Walks and transfers run more functions, checked after the first answer: their ETags
-    add those functions' bits (`Sampler.signature`)."""
+    too), and the PNG encoder's (`encoder_signature`). Walks and transfers run more functions,
+    checked after the first answer: their ETags add those functions' bits
+    (`Sampler.signature`)."""
     digest = hashlib.sha256(f"{jax.__version__} {jax.default_backend()}".encode())
+    digest.update(encoder_signature())
     digest.update(sampler.config.to_json().encode())
     digest.update(sampler.drawing_signature)
     for leaf in jax.tree.leaves(sampler.variables):

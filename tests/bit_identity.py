@@ -2,10 +2,11 @@
 
 Every claim is "a request's values are the same bits alone or batched with others": prior
 draws, decode, decode of codes, the prior's mapping, encode, transfers, walks, and the PNG
-bytes. `check_sampler` checks them all for a sampler built as the service builds it, with
-every row position of every block size the sampler kept (a batch of exactly that many rows,
-cycling through the test rows, puts a test row at every position). tests/test_bit_identity.py
-runs it in the test process, and as
+bytes (which must read back as their pixels under these kernels too: ISA-L's deflate picks its
+kernels from the CPU's features as XLA does). `check_sampler` checks them all for a sampler
+built as the service builds it, with every row position of every block size the sampler kept
+(a batch of exactly that many rows, cycling through the test rows, puts a test row at every
+position). tests/test_bit_identity.py runs it in the test process, and as
 
     python tests/bit_identity.py CHECKPOINT_DIR
 
@@ -15,13 +16,15 @@ prints one line per check and exits 1 on the first failure.
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from PIL import Image
 
-from cvae.sampling.grid import make_grid, png_bytes
+from cvae.sampling.grid import encoder_signature, make_grid, png_bytes
 from cvae.sampling.walks import DigitWalk, LatentWalk, walk_latents
 from cvae.sampling.sampler import Sampler, load_sampler
 from cvae.sampling.latents import LatentRequest, batch_latents
@@ -106,8 +109,11 @@ def check_requests(sampler: Sampler) -> None:
             assert_same_bits([part], [expected], f"decode of {request}")
             digit = request.digits[0] if len(request.digits) == 1 else None
             cols = grid_columns(digit, request.n, None)
-            assert_same_bits([png_bytes(make_grid(part, cols))],
-                             [png_bytes(make_grid(expected, cols))], f"PNG of {request}")
+            png = png_bytes(make_grid(part, cols))
+            assert_same_bits([png], [png_bytes(make_grid(expected, cols))], f"PNG of {request}")
+            with Image.open(io.BytesIO(png)) as read:  # the encoder's kernels here: a valid PNG
+                assert_same_bits([np.asarray(read)], [make_grid(expected, cols)],
+                                 f"pixels read back from the PNG of {request}")
     images = synthetic_images(np.arange(12) % 10, seed=5)
     transfers = [TransferRequest(images[i], None if i % 2 else i % 10, DIGITS[:1 + i % 10],
                                  i % 3, i) for i in range(12)]
@@ -140,6 +146,7 @@ def check_sampler(sampler: Sampler, report: Callable[[str], None] = lambda line:
 def main(directory: str) -> int:
     sampler = load_sampler(Path(directory))  # as service/checkpoints.py loads it
     print(f"kernel signature {sampler.kernel_signature.hex()}", flush=True)
+    print(f"PNG encoder signature {encoder_signature().hex()}", flush=True)
     try:
         check_sampler(sampler, print)
     except AssertionError as error:

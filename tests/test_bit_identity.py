@@ -88,3 +88,14 @@ def test_the_served_fingerprint_names_the_kernels(mixture_run):
     assert fingerprint(sampler) == fingerprint(load_sampler(mixture_run.directory))
     sampler.drawing_signature = bytes(32)
     assert fingerprint(sampler) != fingerprint(load_sampler(mixture_run.directory))
+
+
+def test_the_served_fingerprint_names_the_png_encoder(mixture_run, monkeypatch):
+    """ISA-L picks its deflate kernels by CPU: replicas whose encoders give other bytes for
+    the same pixels must not share strong ETags either."""
+    from service import checkpoints
+
+    sampler = load_sampler(mixture_run.directory)
+    served = checkpoints.fingerprint(sampler)
+    monkeypatch.setattr(checkpoints, "encoder_signature", lambda: b"another encoder")
+    assert checkpoints.fingerprint(sampler) != served
