@@ -220,10 +220,34 @@ class Batcher:
             for i, part in zip(members, np.split(images, bounds)):
                 label = latents[i].label if codes else None
                 results[i] = part if label is None else (part, label)
-        for i, item in enumerate(batch):
-            if item.finish is not None:
-                try:
-                    results[i] = item.finish(results[i])
-                except Exception as error:  # this request's alone
-                    results[i] = _Failed(error)
+        _finish(batch, results)
         return results
+
+
+def _finish(batch: list[Pending], results: list) -> None:
+    """Each request's `finish` run on its result, in place. Requests whose `finish` and row
+    count are equal (one picture layout) go through one call of the finish's `many`, when it
+    has one (`service.responses.GridEncoder`: the batch's PNGs laid out in one pass); the rest
+    one by one. An error fails its own request alone: a `many` that raises is redone one by
+    one to find it."""
+    groups: dict[tuple, list[int]] = {}
+    for i, item in enumerate(batch):
+        if item.finish is not None:
+            groups.setdefault((item.finish, item.rows), []).append(i)
+    for (finish, _), members in groups.items():
+        many = getattr(finish, "many", None)
+        if many is not None and len(members) > 1 and all(
+                type(results[i]) is np.ndarray for i in members):
+            try:
+                values = many([results[i] for i in members])
+            except Exception:  # one request's pictures: found one by one below
+                pass
+            else:
+                for i, value in zip(members, values, strict=True):
+                    results[i] = value
+                continue
+        for i in members:
+            try:
+                results[i] = finish(results[i])
+            except Exception as error:  # this request's alone
+                results[i] = _Failed(error)

@@ -9,6 +9,7 @@ decoding. A grid over `MAX_PIXELS` is refused with a 422 (`too_large`) before an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ import numpy as np
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from cvae.sampling.grid import grid_png, grid_shape
+from cvae.sampling.grid import grid_png, grid_pngs, grid_shape
 from cvae.data.specs import spec_of
 from cvae.model.registry import noise_dim
 from service.checkpoints import Loaded
@@ -127,16 +128,36 @@ async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int, *,
                                                     image_shape=image_shape))
 
 
+@dataclasses.dataclass(frozen=True)
+class GridEncoder:
+    """A request's `finish` for the batcher: images -> the PNG bytes `encode_png` gives them.
+    Equal encoders are one layout, so the batcher encodes the pictures of a batch's requests
+    with equal encoders and row counts in one call (`many`, the same bytes)."""
+
+    cols: int
+    scale: int
+    pad: int
+    image_shape: tuple[int, ...]
+
+    def __call__(self, images: np.ndarray) -> bytes:
+        return grid_png(images, self.cols, pad=self.pad, scale=self.scale,
+                        image_shape=self.image_shape)
+
+    def many(self, grids: list[np.ndarray]) -> list[bytes]:
+        return grid_pngs(grids, self.cols, pad=self.pad, scale=self.scale,
+                         image_shape=self.image_shape)
+
+
 def png_encoder(tiles: int, cols: int, scale: int, pad: int, *,
-                image_shape: tuple[int, ...]):
-    """For a grid small enough to encode inline (`INLINE_ENCODE_PIXELS`), the function images ->
-    its PNG bytes (`encode_png`'s) to hand the batcher as `finish`, so that the decode thread
-    encodes it beside the decode instead of the event loop; None for a larger one, which
-    `encode_png` encodes on a thread of its own so that it never holds up the decodes."""
+                image_shape: tuple[int, ...]) -> GridEncoder | None:
+    """For a grid small enough to encode inline (`INLINE_ENCODE_PIXELS`), its `GridEncoder` to
+    hand the batcher as `finish`, so that the decode thread encodes it beside the decode
+    instead of the event loop; None for a larger one, which `encode_png` encodes on a thread of
+    its own so that it never holds up the decodes."""
     height, width = grid_shape(tiles, cols, scale=scale, pad=pad, image_shape=image_shape)
     if height * width > INLINE_ENCODE_PIXELS:
         return None
-    return lambda images: grid_png(images, cols, pad=pad, scale=scale, image_shape=image_shape)
+    return GridEncoder(cols, scale, pad, tuple(image_shape))
 
 
 def entity_tag(loaded: Loaded, route: str, values: tuple, kernels: bytes = b"") -> str:

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from cvae.sampling.latents import LatentRequest, batch_latents, request_latents
+from cvae.sampling.grid import grid_png
 from service.batching import Batcher, QueueFull, Stopped
+from service.responses import GridEncoder
 
 
 class FakeDecoder:
@@ -138,6 +140,49 @@ def test_finish_runs_in_the_worker_thread_and_its_error_fails_its_request_alone(
             await failed
         assert (await plain)[0, 0, 0] == 4.0
         assert decoder.calls == [1, 6]  # the three shared one decode
+        await batcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_finishes_of_one_layout_run_together_with_each_requests_bytes_and_errors_alone():
+    """Requests with equal `GridEncoder`s and row counts get their PNGs from one `many` call,
+    each the bytes `grid_png` gives it alone; a request whose pictures cannot be encoded fails
+    alone, the others of its layout still answered."""
+
+    def latents(requests, decoder):  # pixels from the temperature; NaN for a temperature of 0
+        return [(np.full((r.n, decoder.noise_dim), np.nan if r.temperature == 0 else
+                         r.temperature / 10, np.float32), np.zeros(r.n, np.int32))
+                for r in requests]
+
+    class CountingEncoder(GridEncoder):
+        many_calls: list = []
+
+        def many(self, grids):
+            self.many_calls.append(len(grids))
+            return super().many(grids)
+
+    async def scenario():
+        batcher = Batcher(latents_fn=latents)
+        gate, decoder, first = await held_decode(batcher, request(1, 9.0))
+        encoder = CountingEncoder(2, 1, 2, (28, 28))
+        values = (1.0, 2.0, 0.0, 3.0)
+        tasks = [asyncio.create_task(batcher.decode(decoder, request(4, v), encoder))
+                 for v in values]
+        other = asyncio.create_task(batcher.decode(decoder, request(2, 5.0), encoder))
+        await until(lambda: batcher.depth == 5)
+        gate.set()
+        await first
+        for value, task in zip(values, tasks):
+            if value == 0.0:
+                with pytest.raises(ValueError, match="NaN"):
+                    await task
+            else:
+                assert await task == grid_png(np.full((4, 28, 28), value / 10), 2)
+        assert await other == grid_png(np.full((2, 28, 28), 0.5), 2)
+        # one call for the four 4-row requests (redone one by one for the NaN), none for the
+        # lone 2-row one
+        assert CountingEncoder.many_calls == [4]
         await batcher.stop()
 
     asyncio.run(scenario())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvae.sampling.grid import grid_png, grid_shape, make_grid, png_bytes, save_png
+from cvae.sampling.grid import grid_png, grid_pngs, grid_shape, make_grid, png_bytes, save_png
 
 
 def constant_tiles(n: int) -> np.ndarray:
@@ -254,3 +254,22 @@ def test_grid_png_gives_the_bytes_of_png_bytes_of_make_grid(shape):
         assert grid_png(images, cols, **options) == png_bytes(make_grid(images, cols, **options))
         tiles = (images * 255).astype(np.uint8)
         assert grid_png(tiles, cols, **options) == png_bytes(make_grid(tiles, cols, **options))
+
+
+@pytest.mark.parametrize("shape", [(28, 28), (32, 32, 3), (20, 12)])
+def test_grid_pngs_gives_each_grid_the_bytes_of_grid_png(shape):
+    """A batch's pictures of one layout, laid out together: each one's own bytes."""
+    rng = np.random.default_rng(1)
+    for n, cols, scale, pad, pad_value in [(16, 4, 1, 2, 0), (17, 4, 2, 5, 255), (1, 1, 1, 0, 0)]:
+        grids = [rng.random((n, *shape), dtype=np.float32) for _ in range(5)]
+        options = dict(pad=pad, scale=scale, pad_value=pad_value, image_shape=shape)
+        assert grid_pngs(grids, cols, **options) == [grid_png(g, cols, **options) for g in grids]
+
+
+def test_grid_pngs_refuses_grids_of_other_sizes_and_bad_images_as_grid_png_does():
+    with pytest.raises(ValueError, match=r"equally many images, got \[2, 3\]"):
+        grid_pngs([np.zeros((2, 28, 28)), np.zeros((3, 28, 28))], 2)
+    bad = np.zeros((2, 28, 28))
+    bad[1, 3, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        grid_pngs([np.zeros((2, 28, 28)), bad], 2)

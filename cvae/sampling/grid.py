@@ -24,6 +24,7 @@ import struct
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Sequence
 
 import isal
 import numpy as np
@@ -230,25 +231,54 @@ def grid_png(
     """`png_bytes(make_grid(images, cols, ...))`, the same bytes, for less work: the tiles are
     written straight into the PNG's scanlines (each row's filter byte, then its pixels) in one
     vectorised assignment, instead of a grid built tile by tile and then copied into scanlines.
-    The service encodes every picture this way (about 0.1 ms less per 16-digit grid)."""
-    tiles, (height, width), pad_value = _scaled_tiles(
-        images, cols, pad=pad, scale=scale, pad_value=pad_value, image_shape=image_shape)
-    n = tiles.shape[0]
+    `cvae sample` and a lone request encode their pictures this way."""
+    tiles, _, pad_value = _scaled_tiles(images, cols, pad=pad, scale=scale,
+                                        pad_value=pad_value, image_shape=image_shape)
+    [png] = _encode_grids(tiles[None], cols, pad=pad, scale=scale, pad_value=pad_value,
+                          image_shape=image_shape)
+    return png
+
+
+def grid_pngs(
+    grids: Sequence[np.ndarray], cols: int, *, pad: int = DEFAULT_PAD,
+    scale: int = DEFAULT_SCALE, pad_value: int = 0,
+    image_shape: tuple[int, ...] = DEFAULT_IMAGE_SHAPE,
+) -> list[bytes]:
+    """`grid_png` of each of `grids` (each images of `image_shape`, as many in each), the same
+    bytes: the service's batch of requests with one layout, quantised and laid out in one pass
+    of NumPy for all of them, then deflated one by one (ISA-L releases the GIL meanwhile)."""
+    counts = {len(grid) for grid in grids}
+    if len(counts) != 1:
+        raise ValueError(f"grids must hold equally many images, got {sorted(counts)}")
+    tiles, _, pad_value = _scaled_tiles(np.concatenate(grids), cols, pad=pad, scale=scale,
+                                        pad_value=pad_value, image_shape=image_shape)
+    return _encode_grids(tiles.reshape(len(grids), -1, *tiles.shape[1:]), cols, pad=pad,
+                         scale=scale, pad_value=pad_value, image_shape=image_shape)
+
+
+def _encode_grids(tiles: np.ndarray, cols: int, *, pad: int, scale: int, pad_value: int,
+                  image_shape: tuple[int, ...]) -> list[bytes]:
+    """The PNGs of R grids from their checked, scaled uint8 tiles [R, n, h*scale, w*scale(, 3)]:
+    every grid's scanlines in one array, the tiles written into it in one assignment."""
+    count, n = tiles.shape[:2]
+    height, width = grid_shape(n, cols, scale=scale, pad=pad, image_shape=image_shape)
     rows = math.ceil(n / cols)
     tall, wide = image_shape[0] * scale, image_shape[1] * scale
-    channels = tiles.shape[3] if tiles.ndim == 4 else 1
+    channels = tiles.shape[4] if tiles.ndim == 5 else 1
     if n < rows * cols:  # the last row's empty tiles are background
-        blank = np.full((rows * cols - n, *tiles.shape[1:]), pad_value, np.uint8)
-        tiles = np.concatenate([tiles, blank])
-    scanlines = np.full((height, 1 + width * channels), pad_value, np.uint8)
-    scanlines[:, 0] = 0  # filter "None"
-    # The tiles' area as a view (rows, tall, cols, wide, channels) into the scanlines; setting
-    # `shape` (not reshape) refuses to copy, so the assignment below lands in `scanlines`.
-    area = scanlines[pad:pad + rows * (tall + pad), 1 + pad * channels:]
-    area = area[:, :cols * (wide + pad) * channels]
-    area.shape = (rows, tall + pad, cols, wide + pad, channels)
-    area[:, :tall, :, :wide] = tiles.reshape(rows, cols, tall, wide, channels).swapaxes(1, 2)
-    return _png(width, height, PNG_GRAY if channels == 1 else PNG_RGB, scanlines)
+        blank = np.full((count, rows * cols - n, *tiles.shape[2:]), pad_value, np.uint8)
+        tiles = np.concatenate([tiles, blank], axis=1)
+    scanlines = np.full((count, height, 1 + width * channels), pad_value, np.uint8)
+    scanlines[:, :, 0] = 0  # filter "None"
+    # The tiles' area as a view (R, rows, tall, cols, wide, channels) into the scanlines;
+    # setting `shape` (not reshape) refuses to copy, so the assignment lands in `scanlines`.
+    area = scanlines[:, pad:pad + rows * (tall + pad), 1 + pad * channels:]
+    area = area[:, :, :cols * (wide + pad) * channels]
+    area.shape = (count, rows, tall + pad, cols, wide + pad, channels)
+    area[:, :, :tall, :, :wide] = tiles.reshape(count, rows, cols, tall, wide,
+                                                channels).swapaxes(2, 3)
+    kind = PNG_GRAY if channels == 1 else PNG_RGB
+    return [_png(width, height, kind, lines) for lines in scanlines]
 
 
 def save_png(grid: np.ndarray, path: str | os.PathLike[str]) -> Path:
