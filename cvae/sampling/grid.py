@@ -171,7 +171,7 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
             + struct.pack(">I", zlib.crc32(data, zlib.crc32(kind))))
 
 
-def _png(width: int, height: int, kind: int, scanlines) -> bytes:
+def _png(scanlines, width: int, height: int, *, kind: int) -> bytes:
     """The PNG file of `scanlines` (each row's filter byte, then its pixels): 8 bits a sample,
     no interlace, no metadata."""
     header = struct.pack(">IIBBBBB", width, height, 8, kind, 0, 0, 0)
@@ -209,7 +209,7 @@ def png_bytes(grid: np.ndarray) -> bytes:
     row = grid.reshape(height, -1)  # RGB: r, g, b of each pixel in turn, as PNG stores them
     scanlines = np.zeros((height, row.shape[1] + 1), np.uint8)  # filter byte 0, then pixels
     scanlines[:, 1:] = row
-    return _png(width, height, PNG_GRAY if grid.ndim == 2 else PNG_RGB, scanlines)
+    return _png(scanlines, width, height, kind=PNG_GRAY if grid.ndim == 2 else PNG_RGB)
 
 
 def _scaled_tiles(images: np.ndarray, cols: int, *, pad: int, scale: int, pad_value: int,
@@ -278,7 +278,7 @@ def _encode_grids(tiles: np.ndarray, cols: int, *, pad: int, scale: int, pad_val
     area[:, :, :tall, :, :wide] = tiles.reshape(count, rows, cols, tall, wide,
                                                 channels).swapaxes(2, 3)
     kind = PNG_GRAY if channels == 1 else PNG_RGB
-    return [_png(width, height, kind, lines) for lines in scanlines]
+    return [_png(lines, width, height, kind=kind) for lines in scanlines]
 
 
 def save_png(grid: np.ndarray, path: str | os.PathLike[str]) -> Path:
