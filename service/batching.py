@@ -232,9 +232,11 @@ def _finish(batch: list[Pending], results: list) -> None:
     one to find it."""
     groups: dict[tuple, list[int]] = {}
     for i, item in enumerate(batch):
-        if item.finish is not None:
-            groups.setdefault((item.finish, item.rows), []).append(i)
-    for (finish, _), members in groups.items():
+        if item.finish is not None:  # only a finish with `many` is grouped (and hashed)
+            key = (item.finish, item.rows) if hasattr(item.finish, "many") else (None, i)
+            groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        finish = batch[members[0]].finish
         many = getattr(finish, "many", None)
         if many is not None and len(members) > 1 and all(
                 type(results[i]) is np.ndarray for i in members):

@@ -188,6 +188,31 @@ def test_finishes_of_one_layout_run_together_with_each_requests_bytes_and_errors
     asyncio.run(scenario())
 
 
+def test_a_finish_without_many_need_not_be_hashable():
+    class Scale:  # defines __eq__ and no __hash__: unhashable, as any such callable may be
+        def __init__(self, by):
+            self.by = by
+
+        def __eq__(self, other):
+            return isinstance(other, Scale) and other.by == self.by
+
+        def __call__(self, images):
+            return images[:, 0, 0] * self.by
+
+    async def scenario():
+        batcher = Batcher(latents_fn=fake_latents)
+        gate, decoder, first = await held_decode(batcher, request(1, 9.0))
+        tasks = [asyncio.create_task(batcher.decode(decoder, request(2, v), Scale(10)))
+                 for v in (1.0, 2.0)]
+        await until(lambda: batcher.depth == 2)
+        gate.set()
+        await first
+        assert [(await t).tolist() for t in tasks] == [[10.0, 10.0], [20.0, 20.0]]
+        await batcher.stop()
+
+    asyncio.run(scenario())
+
+
 def test_stop_fails_the_waiting_requests_and_finishes_the_decoding_one():
     async def scenario():
         batcher = Batcher(latents_fn=fake_latents)
