@@ -17,8 +17,9 @@ them to a single worker thread that computes their latents in one call per kind 
 latent walks, and style transfers, whose encoder work runs there too) and decodes them in one call
 (`Sampler.decode`, fixed block shapes, so a request's pixels never depend on its neighbours).
 A request may bring a `finish` function, which that thread runs on its images after the decode
-(the service encodes small PNG grids there: zlib releases the GIL, and the event loop is the
-busier core). That is one thread hop per batch, not per request, and no locks. While a batch
+(the service encodes small PNG grids there: the deflate releases the GIL); requests whose finish
+has a `many` and is equal (one picture layout, `service.responses.GridEncoder`) are finished in
+one call of it. That is one thread hop per batch, not per request, and no locks. While a batch
 decodes, new requests gather for the next one: under load, batches grow by themselves; a lone
 request is decoded at once, with no timer to wait on.
 
