@@ -122,10 +122,10 @@ async def encode_png(images: np.ndarray, cols: int, scale: int, pad: int, *,
     """images f32[R, *image_shape] -> PNG grid bytes (grey, or RGB); `image_shape`: the served
     model's dataset's (`DatasetSpec.stored_shape`)."""
     height, width = grid_shape(len(images), cols, scale=scale, pad=pad, image_shape=image_shape)
+    encode = GridEncoder(cols, scale, pad, tuple(image_shape))
     if height * width <= INLINE_ENCODE_PIXELS:
-        return grid_png(images, cols, pad=pad, scale=scale, image_shape=image_shape)
-    return await asyncio.to_thread(lambda: grid_png(images, cols, pad=pad, scale=scale,
-                                                    image_shape=image_shape))
+        return encode(images)
+    return await asyncio.to_thread(encode, images)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -163,12 +163,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # releases the GIL while it compresses. The service's largest per-request cost was this deflate.
 PNG_COMPRESS_LEVEL = 1
 PNG_GRAY, PNG_RGB = 0, 2  # the IHDR colour types written
-_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # the empty IEND chunk (length, type, CRC)
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return (struct.pack(">I", len(data)) + kind + data
             + struct.pack(">I", zlib.crc32(data, zlib.crc32(kind))))
+
+
+_IEND = _png_chunk(b"IEND", b"")  # every PNG's last chunk, the same bytes each time
 
 
 def _png(scanlines, width: int, height: int, *, kind: int) -> bytes:
