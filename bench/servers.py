@@ -79,11 +79,11 @@ def quiesce(pid: int, quiet: float = 2.0, timeout: float = 600.0) -> float:
 
 @contextlib.contextmanager
 def running(command: list[str], port: int, workers: int, env: dict | None = None,
-            timeout: float = 300.0, stdout=subprocess.DEVNULL):
-    """Runs a server `command` (its own process group) that listens on 127.0.0.1:`port`;
-    yields its pid once /readyz has answered from `workers` different worker processes.
-    `stdout`: where its output goes (both streams; default nowhere)."""
-    process = subprocess.Popen(command, env=env, start_new_session=True,
+            timeout: float = 300.0, stdout=subprocess.DEVNULL, cwd: str | None = None):
+    """Runs a server `command` (its own process group, in `cwd`) that listens on
+    127.0.0.1:`port`; yields its pid once /readyz has answered from `workers` different worker
+    processes. `stdout`: where its output goes (both streams; default nowhere)."""
+    process = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True,
                                stdout=stdout, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout

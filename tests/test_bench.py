@@ -1,8 +1,8 @@
 """`python -m bench.run --quick` runs end to end as a program and writes its markdown and JSON;
 bench/machine.py reads the ISA XLA compiles for from CPU flags and XLA_FLAGS.
 
-The benchmark is run, not imported; the one import from bench/ is machine.py's pure parsing
-(it imports no JAX). No timing is asserted.
+The benchmark is run, not imported; the imports from bench/ are machine.py's pure parsing and
+service_ab.py's worktree (neither imports JAX). No timing is asserted.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.machine import ISA_LEVELS, UNKNOWN, cpu_isa, describe, effective_isa, xla_max_isa
+from bench.service_ab import worktree
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,3 +92,28 @@ def test_describe_reads_cpuinfo_and_falls_back_where_there_is_none():
     assert machine.tag == "AMD EPYC 7B13, SSE4_2, 2 cores"
     elsewhere = describe("", "", 8, "0.10.2", "cpu", fallback_model="arm64")
     assert (elsewhere.cpu_model, elsewhere.isa) == ("arm64", UNKNOWN)
+
+
+def test_the_ab_base_is_the_revision_checked_out_and_gone_afterwards(tmp_path):
+    """bench/service_ab.py serves `--base` from a detached worktree: the revision's files, not
+    the working tree's, and nothing left behind."""
+    repository = tmp_path / "repository"
+    repository.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repository), "-c", "user.name=t", "-c",
+                               "user.email=t@t", *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    git("init", "--quiet")
+    for text in ("as it was\n", "as changed\n"):
+        (repository / "service.py").write_text(text)
+        git("add", "service.py")
+        git("commit", "--quiet", "-m", text)
+    (repository / "service.py").write_text("uncommitted\n")
+    with worktree("HEAD~1", repository) as tree:
+        assert (tree / "service.py").read_text() == "as it was\n"
+        assert len(git("worktree", "list").splitlines()) == 2
+    assert not tree.exists()
+    assert len(git("worktree", "list").splitlines()) == 1
+    assert (repository / "service.py").read_text() == "uncommitted\n"
