@@ -7,6 +7,10 @@ trains in the same compute whatever else runs: the baseline of the emoji screens
 
 The emoji prepared first, as docs/own-images.md does: `npm pack emoji-datasource-google@16.0.0`,
 `python scripts/example_datasets.py emoji emoji`, then `cvae data --from emoji --name emoji`.
+
+Measured 2026-12-01 on the 2-core Intel Xeon (AVX-512, AMX), seed 0 (a CI run beside it, so
+3,047 s): in recipe v2's features (real halves 122.8, the classifier 81.0%): sample FD 581.0
+(4.73 times), recall 0.047, precision 0.906, sample accuracy 0.848, -ELBO 32,999 nats.
 """
 
 from experiments.pins import NO_BOUNDS
