@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -55,14 +56,16 @@ TARGETS = {"x_plain": 5.0, "p99_ms": 50.0, "cpu_ms": 0.6, "scaling": 1.8}
 
 
 @contextlib.contextmanager
-def bench_server(checkpoint_dir: str, workers: int):
+def bench_server(checkpoint_dir: str, workers: int, source: str | None = None):
     """The bench app under `cvae serve`'s server; yields (port, pid) once every worker is
     ready and idle: a worker answers once one decode block size is compiled and checks the
-    others in the background, which would otherwise run during the first measurements."""
+    others in the background, which would otherwise run during the first measurements.
+    `source`: the source tree it runs from (its working directory; bench/service_ab.py serves
+    a git revision's), else this one."""
     port = free_port()
     command = [sys.executable, "-m", "bench.bench_service", "--serve", "--checkpoint-dir",
-               checkpoint_dir, "--port", str(port), "--workers", str(workers)]
-    with running(command, port, workers) as pid:
+               os.path.abspath(checkpoint_dir), "--port", str(port), "--workers", str(workers)]
+    with running(command, port, workers, cwd=source) as pid:
         quiesce(pid)
         yield port, pid
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import statistics
 import subprocess
@@ -26,7 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.rounds import RATIO_RULE, interleaved, median_ratio
-from bench.servers import free_port, quiesce, running, wrk
+from bench.bench_service import ENDPOINTS, bench_server
+from bench.servers import wrk
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ("rps", "p50_ms", "p99_ms", "cpu_ms")
@@ -47,17 +47,6 @@ def worktree(revision: str, repository: Path = ROOT) -> Iterator[Path]:
                             str(tree)], check=True)
 
 
-@contextlib.contextmanager
-def served_from(tree: Path, checkpoint_dir: str) -> Iterator[tuple[int, int]]:
-    """bench.bench_service's 1-worker server started in `tree`: (port, pid) once idle."""
-    port = free_port()
-    command = [sys.executable, "-m", "bench.bench_service", "--serve", "--checkpoint-dir",
-               os.path.abspath(checkpoint_dir), "--port", str(port), "--workers", "1"]
-    with running(command, port, 1, cwd=str(tree)) as pid:
-        quiesce(pid)
-        yield port, pid
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint-dir", default="checkpoints")
@@ -65,14 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=8.0, help="per wrk run")
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--path", default="/sample?digit=7&n=16")
+    parser.add_argument("--path", default=ENDPOINTS["project"])
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("service_ab: wrk is not installed (`apt-get install wrk`)", file=sys.stderr)
         return 2
     with worktree(args.base) as base_tree, contextlib.ExitStack() as stack:
-        servers = {"base": stack.enter_context(served_from(base_tree, args.checkpoint_dir)),
-                   "changed": stack.enter_context(served_from(ROOT, args.checkpoint_dir))}
+        servers = {"base": stack.enter_context(bench_server(args.checkpoint_dir, 1,
+                                                            str(base_tree))),
+                   "changed": stack.enter_context(bench_server(args.checkpoint_dir, 1,
+                                                               str(ROOT)))}
 
         def measure(name: str):
             port, pid = servers[name]
