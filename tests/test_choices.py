@@ -14,8 +14,9 @@ from cvae.training.choices import MIXTURE_SHARPNESS, NEARLY_BINARY, choose
 from cvae.training.step_cost import StepCost, measure_step
 
 
-def grey_profile(images: int = 60000, between: float = 0.5, channels: int = 1) -> DataProfile:
-    return DataProfile(28, 28, channels, images, 10, between, False)
+def grey_profile(images: int = 60000, between: float = 0.5, channels: int = 1,
+                 side: int = 28) -> DataProfile:
+    return DataProfile(side, side, channels, images, 10, between, False)
 
 
 def at(step_seconds: float):
@@ -48,6 +49,28 @@ def test_grey_levels_get_the_logistic_mixture_and_binary_ink_the_bernoulli():
                  step_cost=at(0.001))
     assert "likelihood.name" not in ink.changes
     assert ink.changes == {}  # MNIST-like data at this rate: the default as it is
+
+
+def test_large_colour_images_get_the_conv_model_and_others_the_mlp():
+    config, timed = presets.default(), []
+
+    def cost(chosen, data):
+        timed.append(chosen.model.options.architecture)
+        return StepCost(0.001, 3)
+
+    emoji = choose(config, grey_profile(3000, channels=3, side=64), given=set(), step_cost=cost)
+    assert emoji.changes["model.options.architecture"] == "conv"
+    assert any(reason.startswith("model       the conv") for reason in emoji.reasons)
+    assert timed == ["conv"]  # the epochs fit the chosen model's step
+    for kept in (grey_profile(3000, side=64),  # grey
+                 grey_profile(3000, channels=3, side=32),  # smaller
+                 grey_profile(3000, channels=3, side=66)):  # sides that do not halve twice
+        assert "model.options.architecture" not in choose(config, kept, given=set(),
+                                                          step_cost=at(0.001)).changes
+    for given in ({"model.options.architecture"}, {"model.name"}):
+        chosen = choose(config, grey_profile(3000, channels=3, side=64), given=given,
+                        step_cost=at(0.001))
+        assert "model.options.architecture" not in chosen.changes
 
 
 def test_what_a_flag_or_a_file_set_is_never_chosen():

@@ -11,7 +11,8 @@ The emoji prepared first, as docs/own-images.md does: `npm pack emoji-datasource
 
 Measured 2026-12-01 on the 2-core Intel Xeon (AVX-512, AMX), seed 0 (a CI run beside it, so
 3,047 s): in recipe v2's features (real halves 122.8, the classifier 81.0%): sample FD 581.0
-(4.73 times), recall 0.047, precision 0.906, sample accuracy 0.848, -ELBO 32,999 nats.
+(4.73 times), recall 0.047, precision 0.906, sample accuracy 0.848, -ELBO 32,999 nats. Seed 1
+(alone, 1,342 s): FD 593.9 (4.84 times), recall 0.055, sample accuracy 0.858, -ELBO 32,925.
 """
 
 from experiments.pins import NO_BOUNDS

@@ -15,7 +15,9 @@ ones than the MLP.
 Measured 2026-12-01 on the 2-core Intel Xeon (AVX-512, AMX), seed 0, alone: 1,759 s; in recipe
 v2's features (real halves 122.8, the classifier 81.0%): sample FD 426.1 (3.47 times), recall
 0.339, precision 0.803, sample accuracy 0.793, -ELBO 31,796 nats; the baseline's FD 581.0
-(4.73 times), recall 0.047 (experiments/LOG.md, 2026-12-01).
+(4.73 times), recall 0.047. Seed 1: FD 399.1 (3.25 times), recall 0.291, against the
+baseline's 593.9 (4.84 times), 0.055 (experiments/LOG.md, 2026-12-01). Taken: the chooser picks
+the conv model for colour images of 64x64 or more.
 """
 
 from experiments.pins import NO_BOUNDS
