@@ -14,7 +14,7 @@ from cvae.training.choices import MIXTURE_SHARPNESS, NEARLY_BINARY, choose
 from cvae.training.step_cost import StepCost, measure_step
 
 
-def grey_profile(images: int = 60000, between: float = 0.5, channels: int = 1,
+def data_profile(images: int = 60000, between: float = 0.5, channels: int = 1,
                  side: int = 28) -> DataProfile:
     return DataProfile(side, side, channels, images, 10, between, False)
 
@@ -38,14 +38,14 @@ def test_the_profile_reads_how_binary_and_how_grey_the_pixels_are():
 
 def test_grey_levels_get_the_logistic_mixture_and_binary_ink_the_bernoulli():
     config = presets.default()
-    grey = choose(config, grey_profile(), given=set(), step_cost=at(0.001))
+    grey = choose(config, data_profile(), given=set(), step_cost=at(0.001))
     assert grey.changes["likelihood.name"] == "logistic_mixture"
     assert grey.reasons[0].startswith("likelihood  logistic_mixture")
     assert grey.changes["drawing.pixel_sharpness"] == MIXTURE_SHARPNESS  # the mixture's render
-    sharpness_given = choose(config, grey_profile(), given={"drawing.pixel_sharpness"},
+    sharpness_given = choose(config, data_profile(), given={"drawing.pixel_sharpness"},
                              step_cost=at(0.001))
     assert "drawing.pixel_sharpness" not in sharpness_given.changes
-    ink = choose(config, grey_profile(between=NEARLY_BINARY / 2), given=set(),
+    ink = choose(config, data_profile(between=NEARLY_BINARY / 2), given=set(),
                  step_cost=at(0.001))
     assert "likelihood.name" not in ink.changes
     assert ink.changes == {}  # MNIST-like data at this rate: the default as it is
@@ -58,31 +58,31 @@ def test_large_colour_images_get_the_conv_model_and_others_the_mlp():
         timed.append(chosen.model.options.architecture)
         return StepCost(0.001, 3)
 
-    emoji = choose(config, grey_profile(3000, channels=3, side=64), given=set(), step_cost=cost)
+    emoji = choose(config, data_profile(3000, channels=3, side=64), given=set(), step_cost=cost)
     assert emoji.changes["model.options.architecture"] == "conv"
     assert any(reason.startswith("model       the conv") for reason in emoji.reasons)
     assert timed == ["conv"]  # the epochs fit the chosen model's step
-    for kept in (grey_profile(3000, side=64),  # grey
-                 grey_profile(3000, channels=3, side=32),  # smaller
-                 grey_profile(3000, channels=3, side=66)):  # sides that do not halve twice
+    for kept in (data_profile(3000, side=64),  # grey
+                 data_profile(3000, channels=3, side=32),  # smaller
+                 data_profile(3000, channels=3, side=66)):  # sides that do not halve twice
         assert "model.options.architecture" not in choose(config, kept, given=set(),
                                                           step_cost=at(0.001)).changes
     for given in ({"model.options.architecture"}, {"model.name"}):
-        chosen = choose(config, grey_profile(3000, channels=3, side=64), given=given,
+        chosen = choose(config, data_profile(3000, channels=3, side=64), given=given,
                         step_cost=at(0.001))
         assert "model.options.architecture" not in chosen.changes
 
 
 def test_what_a_flag_or_a_file_set_is_never_chosen():
-    chosen = choose(presets.default(), grey_profile(images=120), given={
+    chosen = choose(presets.default(), data_profile(images=120), given={
         "likelihood.name", "data.validation_size", "run.epochs"}, step_cost=at(0.001))
     assert chosen.changes == {}
 
 
 def test_the_split_fits_the_data_and_the_epochs_the_time():
-    small = choose(presets.default(), grey_profile(images=120), given=set(), step_cost=at(0.001))
+    small = choose(presets.default(), data_profile(images=120), given=set(), step_cost=at(0.001))
     assert small.changes["data.validation_size"] == 12
-    slow = choose(presets.default(), grey_profile(), given=set(), step_cost=at(10.0))
+    slow = choose(presets.default(), data_profile(), given=set(), step_cost=at(10.0))
     assert slow.changes["run.epochs"] == 1 and "at most 30 minutes" in slow.reasons[-1]
 
 
@@ -112,14 +112,14 @@ def test_a_resumed_run_keeps_the_epochs_it_chose_whatever_the_speed_now():
     """A stopped run, resumed on a machine that is now faster (or busier), ends where it would
     have; a folder holding another run (here another seed) does not lend its epochs."""
     config = presets.default()
-    started = choose(config, grey_profile(), given=set(), step_cost=at(0.2))
+    started = choose(config, data_profile(), given=set(), step_cost=at(0.2))
     stored = config.updated(started.changes)
-    resumed = choose(config, grey_profile(), given=set(), step_cost=at(0.05), resumed=stored)
-    fresh = choose(config, grey_profile(), given=set(), step_cost=at(0.05))
+    resumed = choose(config, data_profile(), given=set(), step_cost=at(0.05), resumed=stored)
+    fresh = choose(config, data_profile(), given=set(), step_cost=at(0.05))
     assert resumed.changes["run.epochs"] == started.changes["run.epochs"]
     assert "those of the run it resumes" in resumed.reasons[-1]
     assert fresh.changes["run.epochs"] > started.changes["run.epochs"]
-    other = choose(config, grey_profile(), given=set(), step_cost=at(0.05),
+    other = choose(config, data_profile(), given=set(), step_cost=at(0.05),
                    resumed=stored.updated({"run.seed": 5}))
     assert other == fresh
 

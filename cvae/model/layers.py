@@ -32,10 +32,15 @@ def soft_clamp(x: jax.Array, bound: float) -> jax.Array:
     return bound * jnp.tanh(x / bound)
 
 
+def unfit_conv_sides(height: int, width: int) -> list[int]:
+    """The image sides that do not halve twice: the conv stack's one constraint."""
+    return [side for side in (height, width) if side % CONV_DOWNSAMPLING]
+
+
 def check_conv_shape(data: DatasetSpec) -> None:
-    """ConfigError unless both image sides halve twice: the conv stack's one constraint. The
-    message names the sides nearest to the bad ones that it takes."""
-    bad = [side for side in (data.height, data.width) if side % CONV_DOWNSAMPLING]
+    """ConfigError unless both image sides halve twice (`unfit_conv_sides`). The message names
+    the sides nearest to the bad ones that it takes."""
+    bad = unfit_conv_sides(data.height, data.width)
     if bad:
         nearest = sorted({max(CONV_DOWNSAMPLING, (side // CONV_DOWNSAMPLING + up)
                               * CONV_DOWNSAMPLING) for side in bad for up in (0, 1)})

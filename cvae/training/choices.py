@@ -30,7 +30,7 @@ from typing import Callable
 
 from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.data.profile import DataProfile
-from cvae.model.layers import CONV_DOWNSAMPLING
+from cvae.model.layers import unfit_conv_sides
 from cvae.training.step_cost import StepCost, measure_step
 
 NEARLY_BINARY = 0.15  # the largest share of pixels between the ends a Bernoulli takes
@@ -124,4 +124,4 @@ def convolutional(config: Config, data: DataProfile, given: set[str]) -> bool:
     return (not {"model.name", "model.options.architecture"} & given
             and getattr(config.model.options, "architecture", "conv") != "conv"
             and data.channels == 3 and min(data.height, data.width) >= CONV_SIDE
-            and not (data.height % CONV_DOWNSAMPLING or data.width % CONV_DOWNSAMPLING))
+            and not unfit_conv_sides(data.height, data.width))
