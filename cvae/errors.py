@@ -31,12 +31,16 @@ class ResumeError(RuntimeError):
     """The checkpoint directory holds a run that the requested config cannot continue."""
 
 
+class RunInProgress(RuntimeError):
+    """Another live `cvae train` holds the checkpoint directory (cvae/training/run_lock.py)."""
+
+
 class ExportError(RuntimeError):
     """`cvae export` cannot write where it was asked to (the folder is not empty, say)."""
 
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, ResumeError, PermissionError,
-               ExportError)
+               ExportError, RunInProgress)
 
 
 def weights_mismatch(error: BaseException) -> str | None:

@@ -4,6 +4,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -122,6 +123,36 @@ def test_unwritable_checkpoint_dir_fails_before_training(data_dir, tmp_path):
     assert "checkpoint dir" in result.stderr and "not writable" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert time.monotonic() - started < 30  # no training happened (loose: a slow CI machine)
+
+
+def test_a_second_run_on_a_live_directory_is_refused_and_changes_nothing(data_dir, reference,
+                                                                         tmp_path):
+    """The first run, paused mid-training (SIGSTOP), still holds its directory: a second
+    `cvae train --fresh` there exits 2 naming it and moves nothing; the first then ends as
+    an uninterrupted run does, and a later command there is no longer refused."""
+    command = train_command(data_dir, tmp_path)
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True) as first:
+        metrics, deadline = tmp_path / "metrics.jsonl", time.monotonic() + 120
+        while not metrics.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first.send_signal(signal.SIGSTOP)
+        before = entries(tmp_path)
+        second = subprocess.run([*command, "--fresh"], capture_output=True, text=True,
+                                timeout=120)
+        after = entries(tmp_path)
+        first.send_signal(signal.SIGCONT)
+        _, first_errors = first.communicate(timeout=300)
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [
+        f"cvae train: error: {tmp_path} is being written by another cvae train (pid "
+        f"{first.pid} on {socket.gethostname()}); wait for it to end or stop it, or pass "
+        "another --checkpoint-dir"]
+    assert after == before  # --fresh moved nothing aside
+    assert first.returncode == 0, first_errors[-2000:]
+    assert tree_equal(load_checkpoint(tmp_path).state.params, reference.state.params)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr[-2000:]
 
 
 @pytest.fixture

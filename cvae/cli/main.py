@@ -215,6 +215,7 @@ def cmd_train(args) -> int:
     if config.data.dataset != measured_on(args).data.dataset:  # settings to choose from it
         data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
     from cvae.training import processes as process_group
+    from cvae.training import run_lock
 
     # Joined before anything runs on JAX's backend (choosing from the data measures the
     # machine's speed there), as JAX requires; --print-config only prints.
@@ -237,6 +238,8 @@ def cmd_train(args) -> int:
     checkpoint_dir = Path(args.checkpoint_dir)
     with stops.deferred():  # a signal during start-up waits for the probe file to be gone
         ensure_writable(checkpoint_dir)
+    # Held until this process exits: a second run on the same directory is refused.
+    lock = run_lock.hold(checkpoint_dir) if processes.is_writer else None  # noqa: F841
 
     import jax
 
