@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 
 STOP_NOW, NOTE = "stop now", "note"
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -49,13 +50,23 @@ class _State:
     pending: int | None = None  # the first signal noted and not yet taken over
     deferring: int = 0
     previous: dict = {}
+    previous_unraisable_hook = None
 
 
 def _handler(signum, _frame) -> None:
-    if _State.mode == STOP_NOW and not _State.deferring:
-        raise Interrupted(signum)
+    # Noted even when it raises: Python drops an exception raised inside a garbage-collection
+    # callback or a finaliser ("Exception ignored in ..."), and a signal landing there would
+    # be lost; noted, the training loop still stops on it before its first chunk.
     if _State.pending is None:
         _State.pending = signum
+    if _State.mode == STOP_NOW and not _State.deferring:
+        raise Interrupted(signum)
+
+
+def _unraisable(unraisable) -> None:
+    """An `Interrupted` that Python dropped is already noted (`_handler`): no traceback for it."""
+    if not isinstance(unraisable.exc_value, Interrupted):
+        _State.previous_unraisable_hook(unraisable)
 
 
 def install(mode: str = STOP_NOW) -> None:
@@ -66,6 +77,7 @@ def install(mode: str = STOP_NOW) -> None:
     except ValueError:  # not the main thread (a test calling main()): leave signals alone
         _State.mode = None
         return
+    _State.previous_unraisable_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # a waiting signal is handled here
 
 
@@ -74,6 +86,7 @@ def uninstall() -> None:
     if _State.mode is not None:
         for sig, previous in _State.previous.items():
             signal.signal(sig, previous)
+        sys.unraisablehook = _State.previous_unraisable_hook
     _State.mode, _State.pending = None, None
 
 
