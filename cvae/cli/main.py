@@ -10,6 +10,7 @@ errors answer at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
@@ -238,27 +239,10 @@ def cmd_train(args) -> int:
     checkpoint_dir = Path(args.checkpoint_dir)
     with stops.deferred():  # a signal during start-up waits for the probe file to be gone
         ensure_writable(checkpoint_dir)
-    # Held until this process exits: a second run on the same directory is refused.
-    lock = run_lock.hold(checkpoint_dir) if processes.is_writer else None  # noqa: F841
-
-    import jax
-
-    from cvae.training.callbacks import default_callbacks
-    from cvae.training.loop import train_and_evaluate
-
-    jax.config.update("jax_debug_nans", args.debug_nans)
-    jax.config.update("jax_disable_jit", args.disable_jit)
-    callbacks = default_callbacks(config, progress=not args.no_progress,
-                                  writer=processes.is_writer, command=args.command_line,
-                                  choices=choices.reasons)
-    try:
-        run = train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
-                                 fresh=args.fresh,
-                                 init_from=args.init_from)
-    except Exception as error:
-        if processes.count == 1:
-            raise
-        exit_without_waiting(processes, error, checkpoint_dir)
+    # A second run on the same directory is refused while this one trains.
+    with run_lock.held(checkpoint_dir) if processes.is_writer else contextlib.nullcontext():
+        run = train(args, config, data, checkpoint_dir=checkpoint_dir, processes=processes,
+                    choices=choices)
     if not processes.is_writer:
         return run.exit_code
     if run.stop_reason:
@@ -272,6 +256,27 @@ def cmd_train(args) -> int:
         return 0
     print(f"trained to step {run.step}; checkpoints and samples in {checkpoint_dir}")
     return 0
+
+
+def train(args, config, data, *, checkpoint_dir: Path, processes, choices):
+    """The run itself, once its directory is held; the `Run` it ends with."""
+    import jax
+
+    from cvae.training.callbacks import default_callbacks
+    from cvae.training.loop import train_and_evaluate
+
+    jax.config.update("jax_debug_nans", args.debug_nans)
+    jax.config.update("jax_disable_jit", args.disable_jit)
+    callbacks = default_callbacks(config, progress=not args.no_progress,
+                                  writer=processes.is_writer, command=args.command_line,
+                                  choices=choices.reasons)
+    try:
+        return train_and_evaluate(config, data, checkpoint_dir, callbacks=callbacks,
+                                  fresh=args.fresh, init_from=args.init_from)
+    except Exception as error:
+        if processes.count == 1:
+            raise
+        exit_without_waiting(processes, error, checkpoint_dir)
 
 
 def exit_without_waiting(processes, error: Exception, checkpoint_dir: Path) -> typing.NoReturn:

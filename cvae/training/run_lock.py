@@ -9,10 +9,11 @@ since its other processes write the same directory by design.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
-import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 from cvae.errors import RunInProgress
@@ -20,24 +21,26 @@ from cvae.errors import RunInProgress
 LOCK_NAME = ".train.lock"
 
 
-def hold(directory: Path) -> typing.TextIO:
-    """Lock `directory` for this process; the lock lasts as long as the returned file is open.
+@contextlib.contextmanager
+def held(directory: Path) -> Iterator[None]:
+    """Lock `directory` for this process while the block runs.
 
     On a file system without `flock` the run goes on unguarded, as it did before the lock.
     """
-    handle = open(directory / LOCK_NAME, "a+")  # kept open: closing it lets the lock go
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise RunInProgress(f"{directory} is being written by another cvae train ({holder}); "
-                            "wait for it to end or stop it, or pass another --checkpoint-dir")
-    except OSError:
-        return handle
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-    handle.flush()
-    return handle
+    with open(directory / LOCK_NAME, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunInProgress(f"{directory} is being written by another cvae train ({holder}); "
+                                "wait for it to end or stop it, or pass another "
+                                "--checkpoint-dir") from None
+        except OSError:
+            pass
+        else:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            handle.flush()
+        yield
