@@ -97,7 +97,9 @@ SAMPLES = (Figure("sample accuracy", ("fidelity", "samples", "accuracy"), percen
 # A data set of one's own, scored in its own classifier's features: the scale to read sample FD
 # against is the FD of two halves of its real test set; sample accuracy against the
 # classifier's accuracy on real test images.
-OWN = (Figure("-ELBO, bits/dim", ("elbo", "bits_per_dim"), digits=3),
+OWN = (Figure("epochs (chosen from the data and this machine's speed)",
+              ("config", "run", "epochs"), digits=0),
+       Figure("-ELBO, bits/dim", ("elbo", "bits_per_dim"), digits=3),
        Figure("sample accuracy", ("fidelity", "samples", "accuracy"), percent=True, digits=1),
        Figure("classifier's accuracy on real test images", ("fidelity", "real", "accuracy"),
               percent=True, digits=1),
@@ -200,8 +202,8 @@ GROUPS = {
         "python scripts/example_datasets.py emoji runs/emoji "
         "--source runs/emoji-datasource-google-16.0.0.tgz",
         "cvae data --from runs/emoji --name emoji"),
-        cost="on 2 CPU cores about 30 minutes of training (the conv model, 40 epochs chosen at "
-        "a step timed at 2.1 s on an Intel Xeon with AVX-512: 28 minutes), then 2 to 3 of "
+        cost="on 2 CPU cores about 30 minutes of training (the conv model: 29 to 40 epochs "
+        "chosen at a step timed at 2.9 to 2.1 s on an Intel Xeon with AVX-512), then 2 to 3 of "
         "evaluation; the first evaluation also trains the "
         "set's classifier (then kept): 1,872 steps at 0.31 s, about 10 minutes on an Intel "
         "Xeon (AVX-512)"),
