@@ -137,12 +137,17 @@ def test_a_second_run_on_a_live_directory_is_refused_and_changes_nothing(data_di
         while not metrics.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         first.send_signal(signal.SIGSTOP)
-        before = entries(tmp_path)
-        second = subprocess.run([*command, "--fresh"], capture_output=True, text=True,
-                                timeout=120)
-        after = entries(tmp_path)
-        first.send_signal(signal.SIGCONT)
-        _, first_errors = first.communicate(timeout=300)
+        try:
+            before = entries(tmp_path)
+            second = subprocess.run([*command, "--fresh"], capture_output=True, text=True,
+                                    timeout=120)
+            after = entries(tmp_path)
+        finally:  # a stopped process would never exit: Popen's exit would wait on it forever
+            first.send_signal(signal.SIGCONT)
+        try:
+            _, first_errors = first.communicate(timeout=300)
+        finally:
+            first.kill()
     assert second.returncode == 2
     assert second.stderr.strip().splitlines() == [
         f"cvae train: error: {tmp_path} is being written by another cvae train (pid "
