@@ -198,6 +198,7 @@ GROUPS = {
         cost="on 2 CPU cores about 23 minutes of training (the chosen epochs' estimate, which "
         "then counted matrix products only, said 10) and 3 of evaluation"),
     "emoji": own_group("emoji", "emoji", (
+        "mkdir -p runs",
         "npm pack --pack-destination runs emoji-datasource-google@16.0.0",
         "python scripts/example_datasets.py emoji runs/emoji "
         "--source runs/emoji-datasource-google-16.0.0.tgz",

@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"(default {FASHION_MNIST_DEBIAN_DIR}); emoji: the package's .tgz "
                         f"(default {EMOJI_PACKAGE})")
     args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.kind == "digits":
         write_digits(args.out, args.limit)
     elif args.kind == "fashion":

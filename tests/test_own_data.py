@@ -138,6 +138,14 @@ def test_colour_images_round_trip_with_three_channels(sources, tmp_path):
     assert data.train_images.shape[1:] == (32, 32, 3) and manifest["channels"] == 3
 
 
+def test_the_example_script_makes_the_folder_it_writes_into(tmp_path):
+    """A fresh clone has no runs/: the Results page's first command writes runs/colour.npz."""
+    out = tmp_path / "runs" / "colour.npz"
+    assert examples.main(["colour", str(out), "--limit", "3"]) == 0
+    with np.load(out) as npz:
+        assert npz["images"].shape == (3, 32, 32, 3)
+
+
 def _mixed_folder(root: Path) -> dict[str, Image.Image]:
     """Two classes: four grey 6x4 images, one RGBA 10x8, one palette 6x4."""
     rng = np.random.default_rng(1)
