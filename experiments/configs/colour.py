@@ -13,7 +13,9 @@ Its three seeds are the same commands as the Results table's (`make results TABL
 training a seed), so those runs are its measurement: in recipe v2's features (real halves
 290.7, the classifier 83.6%), sample FD 970.1 / 924.5 / 883.6 (median 924.5, 3.18 times),
 recall 0.000 / 0.011 / 0.006, sample accuracy 0.520 / 0.581 / 0.536, -ELBO 10,509 / 10,427 /
-10,384 nats (docs/results/colour-seed*.json).
+10,384 nats (docs/results/colour-seed*.json). Against it, `--architecture conv` at the same
+compute learnt the backgrounds only (sample accuracy 0.12 and 0.09, two seeds;
+experiments/LOG.md, 2026-12-01 midday).
 """
 
 from experiments.pins import NO_BOUNDS
