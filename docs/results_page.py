@@ -233,11 +233,13 @@ def table(name: str) -> str:
 
 def provenance(runs: list[dict], group: Group) -> str:
     """Where the runs ran, from their run records, which fidelity classifier scored their
-    samples where it is not the one `cvae eval` trains now, and what a seed costs."""
+    samples where it is not the one `cvae eval` trains now (for a table that shows sample
+    figures), and what a seed costs."""
     machines = sorted({machine(run["record"]) for run in runs if "record" in run})
     where = f" Run on {' and '.join(machines)} (the run records)." if machines else ""
-    return (where + classifier_note(runs) + sample_size_note(runs)
-            + (f" Cost: {group.cost}." if group.cost else ""))
+    shows_samples = any(figure.path[0] == "fidelity" for figure in group.figures)
+    samples = classifier_note(runs) + sample_size_note(runs) if shows_samples else ""
+    return where + samples + (f" Cost: {group.cost}." if group.cost else "")
 
 
 def classifier_note(runs: list[dict]) -> str:

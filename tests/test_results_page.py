@@ -76,6 +76,15 @@ def test_a_table_scored_by_an_older_fidelity_classifier_says_so():
     assert results_page.classifier_note([{"elbo": {}}]) == ""  # no samples scored: nothing said
 
 
+def test_a_table_of_bounds_only_says_nothing_of_the_samples_classifier():
+    current = results_page.CLASSIFIER_VERSION
+    scored = [{"fidelity": {"classifier": {"version": v}}} for v in (current - 1, current)]
+    bounds = results_page.Group("bounds", ("true",), "b.json", results_page.BOUNDS)
+    samples = results_page.Group("samples", ("true",), "s.json", results_page.SAMPLES)
+    assert "recipe" not in results_page.provenance(scored, bounds)
+    assert f"recipe v{current - 1} and v{current};" in results_page.provenance(scored, samples)
+
+
 def test_a_table_whose_samples_outnumbered_the_real_half_says_so():
     def run(drawn, test_examples):
         return {"fidelity": {"samples": {"label_counts": [drawn // 2, drawn - drawn // 2]}},
