@@ -79,6 +79,21 @@ def test_what_a_flag_or_a_file_set_is_never_chosen():
     assert chosen.changes == {}
 
 
+def test_a_mixture_given_by_a_flag_is_rendered_as_a_chosen_one():
+    """`--likelihood logistic_mixture` on grey-level data: the pixels drawn from near their
+    likeliest component as where the mixture is chosen, not the mean's blend of modes; other
+    likelihoods keep the config's sharpness, and a given sharpness wins."""
+    given = {"likelihood.name", "run.epochs"}
+    mixture = presets.default().updated({"likelihood.name": "logistic_mixture"})
+    chosen = choose(mixture, data_profile(), given=given, step_cost=at(0.001))
+    assert chosen.changes == {"drawing.pixel_sharpness": MIXTURE_SHARPNESS}
+    assert chosen.reasons[-1].startswith("sharpness   10")
+    logistic = presets.default().updated({"likelihood.name": "logistic"})
+    assert choose(logistic, data_profile(), given=given, step_cost=at(0.001)).changes == {}
+    assert choose(mixture, data_profile(), given=given | {"drawing.pixel_sharpness"},
+                  step_cost=at(0.001)).changes == {}
+
+
 def test_the_split_fits_the_data_and_the_epochs_the_time():
     small = choose(presets.default(), data_profile(images=120), given=set(), step_cost=at(0.001))
     assert small.changes["data.validation_size"] == 12

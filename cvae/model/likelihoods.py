@@ -13,7 +13,9 @@ a class with its own options and one interface, so no caller asks which likeliho
 - `binarizes(options)`: whether training reads each image as a fresh binary draw;
 - `scores_levels`: whether the bounds and the prior's fit read the 8-bit levels as they are,
   rather than a binarised draw;
-- `bounded`: whether it is a density of the data, so `cvae eval` reports -log p(x) for it.
+- `bounded`: whether it is a density of the data, so `cvae eval` reports -log p(x) for it;
+- `blends_modes`: whether its means blend each pixel's modes (a mixture's), so that rendering
+  at a sharpness above 1 draws a pixel from near its likeliest mode instead.
 
 The densities themselves are `cvae.model.densities`'.
 """
@@ -46,6 +48,7 @@ class Bernoulli:
     scores_levels = False
     bounded = True
     parameter_major = False
+    blends_modes = False
 
     @staticmethod
     def output_channels(options, channels: int) -> int:
@@ -92,6 +95,7 @@ class Logistic:
     scores_levels = True
     bounded = True
     parameter_major = True
+    blends_modes = False
 
     @staticmethod
     def output_channels(options, channels: int) -> int:
@@ -130,6 +134,7 @@ class LogisticMixture:
     scores_levels = True
     bounded = True
     parameter_major = False
+    blends_modes = True
 
     @staticmethod
     def binarizes(options) -> bool:

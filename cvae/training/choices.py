@@ -13,8 +13,9 @@ kept in the run record and shown by `--print-config`.
   one, while the conv model's spatial structure drew the emoji nearer the real ones at the
   same time (experiments/configs/emoji_conv.py). Grey and smaller images keep the MLP, which
   drew Fashion-MNIST nearer than the conv model at the same time.
-- Sharpness, where it chooses the mixture: each pixel rendered from near its likeliest component
-  (`MIXTURE_SHARPNESS`), not the mixture's mean, which blends a pixel's modes into grey.
+- Sharpness, wherever the run's likelihood is the mixture (chosen, or given by a flag or a
+  file): each pixel rendered from near its likeliest component (`MIXTURE_SHARPNESS`), not the
+  mixture's mean, which blends a pixel's modes into grey.
 - Validation: a tenth of the training images, at most the default's 1,000 and at least one.
 - Epochs: as many as fit `TIME_BUDGET_SECONDS` at the cost of a training step timed on this
   machine as training runs it (cvae/training/step_cost.py), at most the default's, for every
@@ -76,13 +77,14 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
         kind = "colour" if data.channels == 3 else "grey-level"
         reasons.append(f"likelihood  logistic_mixture, {MIXTURE_COMPONENTS} components: "
                        f"{kind} images ({share}); a Bernoulli needs nearly binary ones")
-        if "drawing.pixel_sharpness" not in given:  # the chosen mixture's rendering
-            changes["drawing.pixel_sharpness"] = MIXTURE_SHARPNESS
-            reasons.append(f"sharpness   {MIXTURE_SHARPNESS:g}: each pixel drawn from near its "
-                           "likeliest component, not a blend of them (rendering only)")
     elif "likelihood.name" not in given:
         reasons.append(f"likelihood  {config.likelihood.name}: nearly binary grey images "
                        f"({share})")
+    likelihood = config.updated(changes).likelihood  # chosen, or given by a flag or a file
+    if likelihood.component.blends_modes and "drawing.pixel_sharpness" not in given:
+        changes["drawing.pixel_sharpness"] = MIXTURE_SHARPNESS
+        reasons.append(f"sharpness   {MIXTURE_SHARPNESS:g}: each pixel drawn from near its "
+                       "likeliest component, not a blend of them (rendering only)")
     if convolutional(config, data, given):
         changes["model.options.architecture"] = "conv"
         reasons.append(f"model       the conv encoder and decoder: {data.height}x{data.width} "
