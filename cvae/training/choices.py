@@ -114,9 +114,9 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
         spent = (f"about {minutes} minute{'s' * (minutes != 1)}" if minutes
                  else "under a minute")
         reasons.append(f"epochs      {epochs}: {spent} here, a training step of batch "
-                       f"{chosen.run.batch_size} timed at {1000 * cost.seconds:.0f} ms (the "
-                       f"median of {cost.steps}; at most {TIME_BUDGET_SECONDS // 60} minutes, "
-                       f"at most {config.run.epochs})")
+                       f"{chosen.run.batch_size} timed at {1000 * cost.seconds:.0f} ms ("
+                       f"{cost.steps} steps in {cost.calls} calls, the median call's; at most "
+                       f"{TIME_BUDGET_SECONDS // 60} minutes, at most {config.run.epochs})")
     return Choices(changes, tuple(reasons))
 
 
