@@ -104,7 +104,8 @@ def block_check(probes: list[Probe], variables: dict, sizes: tuple[int, ...], *,
     """
     ordered = tuple(sorted(sizes))
     for index, size in enumerate(ordered):
-        bits = block_bits(probes, variables, size)
+        # A lone size of one row has nothing to compare and one position to check.
+        bits = block_bits(probes, variables, size, inputs=len(ordered) > 1 or size > 1)
         if bits is not None:
             reference = BlockCheck((size,), ordered[:index], bits[0], ordered[index + 1:],
                                    bits[1])
@@ -156,13 +157,15 @@ def classify_probes(sampler) -> list[Probe]:
 
 def block_signature(probes: list[Probe], variables: dict, size: int) -> bytes | None:
     """`block_bits`' signature: the bits of the three test rows (what a fingerprint holds)."""
-    bits = block_bits(probes, variables, size)
+    bits = block_bits(probes, variables, size, inputs=size > 1)
     return None if bits is None else bits[0]
 
 
-def block_bits(probes: list[Probe], variables: dict, size: int) -> tuple[bytes, bytes] | None:
+def block_bits(probes: list[Probe], variables: dict, size: int, *, inputs: bool = True
+               ) -> tuple[bytes, bytes] | None:
     """Digests of the bits rows get in blocks of `size` rows: (signature, agreement), or None
-    when some row gets other bits at another position.
+    when some row gets other bits at another position. `inputs=False` leaves out the rows
+    drawn like real inputs (an empty agreement): for a size compared with no other.
 
     The signature covers `_TEST_ROWS` uniform rows, each checked at every position of a block
     of its copies. The agreement covers those and `_INPUT_ROWS` rows drawn as the function's
@@ -183,9 +186,11 @@ def block_bits(probes: list[Probe], variables: dict, size: int) -> tuple[bytes, 
                     return None
                 signature.update(same[0].tobytes())
             alone.append([same[0] for same in copies])
+        if not inputs:
+            continue
         pool = np.concatenate([rows, _input_rows(probe)])
+        # The test rows first, labelled as above (0, 1, 2 mod classes), then the input rows.
         pool_labels = np.arange(len(pool), dtype=np.int32) % probe.classes
-        pool_labels[:_TEST_ROWS] = labels
         cycle = np.arange(-(-len(pool) // size) * size) % len(pool)
         blocks = [_outputs(probe.fn, variables, rows=pool[cycle[start:start + size]],
                            labels=pool_labels[cycle[start:start + size]])
