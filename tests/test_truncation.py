@@ -37,6 +37,35 @@ def test_the_radius_holds_its_quantile_and_only_longer_rows_move():
     assert prior.truncate(noise, None) is noise
 
 
+def _lengths_added_in_halves(rows: np.ndarray) -> np.ndarray:
+    """The order `prior.row_lengths` promises, in numpy: halves added elementwise, padded."""
+    squares = np.square(rows)
+    while squares.shape[-1] > 1:
+        half = -(-squares.shape[-1] // 2)
+        rest = np.pad(squares[:, half:], [(0, 0), (0, 2 * half - squares.shape[-1])])
+        squares = squares[:, :half] + rest
+    return np.sqrt(squares)
+
+
+@pytest.mark.parametrize("width", [16, 13, 1])
+def test_a_rows_length_has_the_same_bits_in_every_block_size(width):
+    """Summed in one fixed order, so in blocks of 64 rows and of 1,024 (where XLA's CPU reduce
+    took another kernel on a 2-core AMD EPYC) a row's length, and so its truncation, is the
+    same: numpy's elementwise adds, bit for bit."""
+    rows = np.random.default_rng(width).normal(size=(1024, width)).astype(np.float32)
+    expected = _lengths_added_in_halves(rows).view(np.uint32)
+    radius = prior.truncation_radius(0.7, width)
+    lengths, truncated = jax.jit(prior.row_lengths), jax.jit(prior.truncate, static_argnums=1)
+    for size in (64, 1024):
+        blocks = range(0, len(rows), size)
+        got = np.concatenate([np.asarray(lengths(rows[i:i + size])) for i in blocks])
+        assert np.array_equal(got.view(np.uint32), expected)
+        pulled = np.concatenate([np.asarray(truncated(rows[i:i + size], radius)) for i in blocks])
+        if size == 64:
+            first = pulled
+        assert np.array_equal(pulled.view(np.uint32), first.view(np.uint32))
+
+
 def test_a_truncated_draw_keeps_its_component():
     """Components 100 apart, so each z says which one drew it."""
     classes, components, width = 10, 4, 3
