@@ -171,8 +171,9 @@ def block_bits(probes: list[Probe], variables: dict, size: int, *, inputs: bool 
     of its copies. The agreement covers those and `_INPUT_ROWS` rows drawn as the function's
     real inputs are (images in [0, 1], or N(0, I) noise and codes), run through blocks of
     `size` in turn until each has been in one: on a 2-core AMD EPYC (Zen 4) the default's
-    decode gave 1 row in 12 of N(0, I) noise other bits in blocks of 256 rows than of 64, and
-    every uniform row the same, so three uniform rows alone kept sizes that changed bits."""
+    decode gave 1 row in 12 of N(0, I) noise other bits in blocks of 256 rows than of 64 (its
+    truncation's reduce, since summed in a fixed order: `cvae.model.prior.row_lengths`), and
+    every uniform row, inside the radius, the same: three uniform rows alone kept those sizes."""
     signature, agreement = hashlib.sha256(), hashlib.sha256()
     for probe in probes:
         rows = np.random.default_rng(probe.width).random((_TEST_ROWS, probe.width), np.float32)
