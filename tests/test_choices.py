@@ -165,6 +165,33 @@ def test_train_prints_its_choices_and_print_config_shows_them(grey_data, capsys)
     assert '[likelihood]\nname = "bernoulli"' in printed and "validation_size = 30" in printed
 
 
+def test_a_likelihood_option_goes_to_the_likelihood_the_data_chooses(grey_data, tmp_path,
+                                                                     capsys):
+    """--mixture-components without --likelihood: the grey images' chosen mixture takes it;
+    nearly binary images, which get the Bernoulli, refuse it in one line that says why, and
+    MNIST, whose likelihood is the preset's, as before."""
+    flags = ["--mixture-components", "3", "--epochs", "3", "--print-config"]
+    assert main(["train", "--dataset", "grey", "--data-dir", str(grey_data), *flags]) == 0
+    printed = capsys.readouterr().out
+    assert "likelihood  logistic_mixture, its components as given: grey-level" in printed
+    assert '[likelihood]\nname = "logistic_mixture"' in printed
+    assert "mixture_components = 3" in printed
+    images = np.where(np.random.default_rng(1).random((300, 12, 12)) < 0.2, 255, 0)
+    np.savez(tmp_path / "ink.npz", images=images.astype(np.uint8), labels=np.arange(300) % 3,
+             class_names=np.array(["a", "b", "c"]))
+    assert main(["data", "--from", str(tmp_path / "ink.npz"), "--name", "ink",
+                 "--data-dir", str(grey_data)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--dataset", "ink", "--data-dir", str(grey_data), *flags]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "cvae train: error: mixture_components: an option of the likelihood logistic_mixture, "
+        "not of this run's bernoulli (--likelihood); the run's likelihood is chosen from the "
+        "data: nearly binary grey images (0% of pixel values between the ends)")
+    assert main(["train", *flags]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "not of this run's bernoulli (--likelihood); the run's likelihood is its preset's")
+
+
 def test_a_files_dataset_gives_way_to_the_flag(grey_data, tmp_path, capsys):
     (tmp_path / "run.toml").write_text('[data]\ndataset = "not-prepared"\n')
     assert main(["train", "--config", str(tmp_path / "run.toml"), "--dataset", "grey",

@@ -25,7 +25,7 @@ from cvae.config import flat, presets
 from cvae.config import toml as config_toml
 from cvae.config.sections import Config
 from cvae.cli.train import (PRINTED_HEADER, add_train_flags, config_from_args, given_paths,
-                            help_preset)
+                            help_preset, likelihood_options_held, with_held_options)
 from cvae.cli.types import (add_compilation_cache_flag, add_step_flag, add_truncation_flag,
                              bounded)
 from cvae.cli.data import add_data_flags, cmd_data
@@ -211,10 +211,13 @@ def cmd_train(args) -> int:
 
     # Cheap checks first, so a mistake fails in the first second, before JAX even loads.
     register_own_dataset(args)
-    config = config_from_args(args)
+    held = likelihood_options_held(args)  # for the likelihood chosen below
+    config = config_from_args(args, held=held)
     data = None
     if config.data.dataset != measured_on(args).data.dataset:  # settings to choose from it
         data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
+    elif held:
+        config = with_held_options(args, config, held, reason="its preset's")
     from cvae.training import processes as process_group
     from cvae.training import run_lock
 
@@ -224,6 +227,9 @@ def cmd_train(args) -> int:
         args.coordinator_address, args.num_processes, args.process_id,
         heartbeat_timeout=args.heartbeat_timeout)
     config, choices = chosen_from_data(args, config, data)
+    if held and data is not None:
+        config = with_held_options(args, config, held,
+                                   reason=choices.reason_for("likelihood"))
     if args.print_config:
         print(config_toml.to_toml(config, header="\n".join(
             [PRINTED_HEADER, *([""] + choices.describe(config.data.dataset).splitlines()

@@ -36,6 +36,7 @@ from cvae.training.step_cost import StepCost, measure_step
 
 NEARLY_BINARY = 0.15  # the largest share of pixels between the ends a Bernoulli takes
 MIXTURE_COMPONENTS = 5  # logistics a pixel for the chosen mixture (PixelCNN++: 10 on CIFAR)
+COMPONENTS = "likelihood.options.mixture_components"
 # The chosen mixture's rendering: each pixel's components weighed by weight^10, nearly its
 # likeliest one. On Fashion-MNIST its samples' FD was 1.64 against the mixture mean's 3.90,
 # recall 0.66 against 0.54 (one seed's checkpoint rendered both ways: experiments/LOG.md).
@@ -52,6 +53,11 @@ class Choices:
 
     changes: dict
     reasons: tuple[str, ...]
+
+    def reason_for(self, setting: str) -> str:
+        """How `setting` (a word of `describe`'s lines: likelihood, model, ...) was decided."""
+        line = next((reason for reason in self.reasons if reason.split()[0] == setting), None)
+        return f"chosen from the data: {line.split(':', 1)[1].strip()}" if line else "its preset's"
 
     def describe(self, dataset: str) -> str:
         if not self.reasons:
@@ -73,9 +79,13 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
     share = f"{100 * data.between_share:.0f}% of pixel values between the ends"
     if "likelihood.name" not in given and not binary:
         changes["likelihood.name"] = "logistic_mixture"
-        changes["likelihood.options.mixture_components"] = MIXTURE_COMPONENTS
+        components = f"{MIXTURE_COMPONENTS} components"
+        if COMPONENTS in given:  # by a flag, applied to the likelihood chosen here
+            components = "its components as given"
+        else:
+            changes[COMPONENTS] = MIXTURE_COMPONENTS
         kind = "colour" if data.channels == 3 else "grey-level"
-        reasons.append(f"likelihood  logistic_mixture, {MIXTURE_COMPONENTS} components: "
+        reasons.append(f"likelihood  logistic_mixture, {components}: "
                        f"{kind} images ({share}); a Bernoulli needs nearly binary ones")
     elif "likelihood.name" not in given:
         reasons.append(f"likelihood  {config.likelihood.name}: nearly binary grey images "
