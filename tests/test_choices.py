@@ -140,6 +140,26 @@ def test_a_resumed_run_keeps_the_epochs_it_chose_whatever_the_speed_now():
     assert other == fresh
 
 
+def test_a_likelihood_option_given_alone_is_timed_and_resumed_with_the_likelihood():
+    """`--mixture-components 3` without `--likelihood`: the step is timed with 3 components,
+    and a resumed run, whose stored config has them, keeps its epochs."""
+    path = "likelihood.options.mixture_components"
+    config, timed = presets.default(), []
+
+    def cost(chosen, data):
+        timed.append(chosen.likelihood.options.mixture_components)
+        return StepCost(0.2, 3)
+
+    started = choose(config, data_profile(), given={path}, held={path: 3}, step_cost=cost)
+    assert timed == [3] and started.changes[path] == 3
+    assert started.reasons[0].startswith("likelihood  logistic_mixture, 3 components (given)")
+    stored = config.updated(started.changes)
+    resumed = choose(config, data_profile(), given={path}, held={path: 3}, step_cost=at(0.05),
+                     resumed=stored)
+    assert resumed.changes["run.epochs"] == started.changes["run.epochs"]
+    assert "those of the run it resumes" in resumed.reasons[-1]
+
+
 @pytest.fixture
 def grey_data(tmp_path):
     rng = np.random.default_rng(0)
@@ -173,7 +193,7 @@ def test_a_likelihood_option_goes_to_the_likelihood_the_data_chooses(grey_data, 
     flags = ["--mixture-components", "3", "--epochs", "3", "--print-config"]
     assert main(["train", "--dataset", "grey", "--data-dir", str(grey_data), *flags]) == 0
     printed = capsys.readouterr().out
-    assert "likelihood  logistic_mixture, its components as given: grey-level" in printed
+    assert "likelihood  logistic_mixture, 3 components (given): grey-level" in printed
     assert '[likelihood]\nname = "logistic_mixture"' in printed
     assert "mixture_components = 3" in printed
     images = np.where(np.random.default_rng(1).random((300, 12, 12)) < 0.2, 255, 0)
@@ -190,6 +210,10 @@ def test_a_likelihood_option_goes_to_the_likelihood_the_data_chooses(grey_data, 
     assert main(["train", *flags]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "not of this run's bernoulli (--likelihood); the run's likelihood is its preset's")
+    # Out of range: refused as any setting is, before the data is read (there is none here).
+    assert main(["train", "--dataset", "grey", "--data-dir", str(tmp_path / "none"),
+                 "--mixture-components", "0", "--epochs", "3", "--print-config"]) == 2
+    assert "mixture_components=0: must be" in capsys.readouterr().err
 
 
 def test_a_files_dataset_gives_way_to_the_flag(grey_data, tmp_path, capsys):

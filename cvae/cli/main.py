@@ -22,10 +22,11 @@ from pathlib import Path
 from cvae import limits
 from cvae.cli import help as cli_help
 from cvae.config import flat, presets
+from cvae.config.components import with_options
 from cvae.config import toml as config_toml
 from cvae.config.sections import Config
 from cvae.cli.train import (PRINTED_HEADER, add_train_flags, config_from_args, given_paths,
-                            help_preset, likelihood_options_held, with_held_options)
+                            check_held_options, help_preset, likelihood_options_held)
 from cvae.cli.types import (add_compilation_cache_flag, add_step_flag, add_truncation_flag,
                              bounded)
 from cvae.cli.data import add_data_flags, cmd_data
@@ -186,9 +187,10 @@ def measured_on(args) -> Config:
     return presets.get_preset(args.preset or named or "default")
 
 
-def chosen_from_data(args, config: Config, data):
+def chosen_from_data(args, config: Config, data, *, held: dict):
     """`config` with the settings nobody gave chosen from `data` (`cvae.training.choices`),
-    and the choices; none when the run trains on its preset's own dataset."""
+    and `held` (the likelihood's options from flags) given to the likelihood it ends with, and
+    the choices; none when the run trains on its preset's own dataset."""
     from cvae.training.choices import Choices, choose
 
     if data is None:
@@ -202,7 +204,7 @@ def chosen_from_data(args, config: Config, data):
         given |= set(flat.all_leaves(Config))
     resumed = None if args.fresh else stored_config(args.checkpoint_dir)
     choices = choose(config, profile(data.train_images, data.train_labels), given=given,
-                     resumed=resumed)
+                     resumed=resumed, held=held)
     return config.updated(choices.changes).validate(), choices
 
 
@@ -213,11 +215,12 @@ def cmd_train(args) -> int:
     register_own_dataset(args)
     held = likelihood_options_held(args)  # for the likelihood chosen below
     config = config_from_args(args, held=held)
+    check_held_options(config, held)
     data = None
     if config.data.dataset != measured_on(args).data.dataset:  # settings to choose from it
         data = load_dataset(args.data_dir, config.data.dataset, config.data.source, test=False)
     elif held:
-        config = with_held_options(args, config, held, reason="its preset's")
+        config = with_options(config, "likelihood", held, decided="its preset's")
     from cvae.training import processes as process_group
     from cvae.training import run_lock
 
@@ -226,10 +229,7 @@ def cmd_train(args) -> int:
     processes = None if args.print_config else process_group.initialize(
         args.coordinator_address, args.num_processes, args.process_id,
         heartbeat_timeout=args.heartbeat_timeout)
-    config, choices = chosen_from_data(args, config, data)
-    if held and data is not None:
-        config = with_held_options(args, config, held,
-                                   reason=choices.reason_for("likelihood"))
+    config, choices = chosen_from_data(args, config, data, held=held)
     if args.print_config:
         print(config_toml.to_toml(config, header="\n".join(
             [PRINTED_HEADER, *([""] + choices.describe(config.data.dataset).splitlines()

@@ -11,13 +11,13 @@ import dataclasses
 import inspect
 import textwrap
 import typing
+from collections.abc import Collection
 
 from cvae.cli.types import bounded
 from cvae.config import components, flat, presets
 from cvae.config import toml as config_toml
 from cvae.config.sections import Config
 from cvae.config.settings import choices, coerce
-from cvae.errors import ConfigError
 from cvae.data.specs import check_config
 
 LIKELIHOOD_NAME = "likelihood.name"
@@ -155,49 +155,44 @@ def given_paths(args: argparse.Namespace) -> set[str]:
     return given
 
 
-def config_from_args(args: argparse.Namespace, *, held: frozenset[str] = frozenset()
-                     ) -> Config:
+def config_from_args(args: argparse.Namespace, *, held: Collection[str] = ()) -> Config:
     """The preset's config, then the --config file's settings, then the flags given (a
     component's option is refused unless the config names that component), but for the
-    flags named in `held` (`likelihood_options_held`)."""
+    settings in `held` (paths: `likelihood_options_held`)."""
     config = config_toml.load_config(args.preset, args.config, flag_values(args, held))
     check_config(config)
     return config
 
 
-def flag_values(args: argparse.Namespace, held: frozenset[str] = frozenset()
-                ) -> dict[str, typing.Any]:
-    """The settings the flags give, typed, by flat name; those named in `held` left out."""
+def flag_values(args: argparse.Namespace, held: Collection[str] = ()) -> dict[str, typing.Any]:
+    """The settings the flags give, typed, by flat name; those at the paths in `held` left out."""
     leaves = flat.all_leaves(Config)
     changes = {}
     for name, path in flat.flat_names(Config).items():
         value = getattr(args, name, None)
-        if value is not None and name not in held:
+        if value is not None and path not in held:
             changes[name] = coerce(str if leaves[path].field == "name" else leaves[path].hint,
                                    value, name)
     return changes
 
 
-def likelihood_options_held(args: argparse.Namespace) -> frozenset[str]:
-    """The likelihood's options that flags set while no flag or file names the likelihood:
-    where the likelihood is chosen from the data (`cvae.training.choices`), they are applied to
-    the one chosen, and checked against it then, not refused for the preset's."""
+def likelihood_options_held(args: argparse.Namespace) -> dict[str, typing.Any]:
+    """The likelihood's options that flags set while no flag or file names the likelihood, by
+    path, typed: where the likelihood is chosen from the data (`cvae.training.choices`) they go
+    to the one chosen, and are refused, saying so, where it has no such option."""
     if LIKELIHOOD_NAME in given_paths(args):
-        return frozenset()
-    return frozenset(name for name, path in flat.flat_names(Config).items()
-                     if path.startswith(LIKELIHOOD_OPTIONS) and getattr(args, name, None)
-                     is not None)
+        return {}
+    paths = flat.flat_names(Config)
+    return {paths[name]: value for name, value in flag_values(args).items()
+            if paths[name].startswith(LIKELIHOOD_OPTIONS)}
 
 
-def with_held_options(args: argparse.Namespace, config: Config, held: frozenset[str], *,
-                      reason: str) -> Config:
-    """`config` with the held flags (`likelihood_options_held`) applied; a ConfigError that
-    says how its likelihood was decided (`reason`) when it has no such option."""
-    values = {name: value for name, value in flag_values(args).items() if name in held}
-    try:
-        return config.replace(**values).validate()
-    except ConfigError as error:
-        raise ConfigError(f"{error}; the run's likelihood is {reason}") from None
+def check_held_options(config: Config, held: dict[str, typing.Any]) -> None:
+    """ConfigError now, before any data is read, for a held option out of its range under the
+    likelihood that has it (a wrong name or kind was refused by the parser already)."""
+    for path, value in held.items():
+        owner = components.option_owners("likelihood", path.rsplit(".", 1)[1])[0]
+        config.updated({LIKELIHOOD_NAME: owner, path: value}).validate()
 
 
 def help_preset(argv: list[str]) -> str:

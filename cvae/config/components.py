@@ -71,6 +71,25 @@ def options_class(kind: str, name: str) -> type:
     return component(kind, name).Options
 
 
+def option_owners(kind: str, option: str) -> list[str]:
+    """The components of `kind` that have an option named `option`."""
+    return [name for name in names(kind)
+            if option in {f.name for f in dataclasses.fields(options_class(kind, name))}]
+
+
+def with_options(config, kind: str, values: dict[str, Any], *, decided: str):
+    """`config` (a `cvae.config.sections.Config`) with these options of its `kind` component
+    set (by path), validated; where the component lacks one, the ConfigError also says how
+    the component was `decided` (chosen from the data, or its preset's)."""
+    section = getattr(config, kind)
+    for path in values:
+        try:
+            section.check_option(path.rsplit(".", 1)[1])
+        except ConfigError as error:
+            raise ConfigError(f"{error}; the run's {kind} is {decided}") from None
+    return config.updated(values).validate()
+
+
 @dataclasses.dataclass(frozen=True)
 class Component:
     """A section that names a registered component and holds its options (None: the
@@ -99,8 +118,7 @@ class Component:
         """ConfigError unless this section's component has `option`, naming those that do."""
         if option in {f.name for f in dataclasses.fields(self.options)}:
             return
-        owners = [name for name in names(self.KIND) if option in
-                  {f.name for f in dataclasses.fields(options_class(self.KIND, name))}]
+        owners = option_owners(self.KIND, option)
         if not owners:
             raise ConfigError(f"{self.KIND}.options.{option}: unknown setting")
         raise ConfigError(f"{option}: an option of the {self.KIND} {' or '.join(owners)}, not "

@@ -29,6 +29,7 @@ import dataclasses
 import math
 from typing import Callable
 
+from cvae.config.components import with_options
 from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.data.profile import DataProfile
 from cvae.model.layers import unfit_conv_sides
@@ -54,11 +55,6 @@ class Choices:
     changes: dict
     reasons: tuple[str, ...]
 
-    def reason_for(self, setting: str) -> str:
-        """How `setting` (a word of `describe`'s lines: likelihood, model, ...) was decided."""
-        line = next((reason for reason in self.reasons if reason.split()[0] == setting), None)
-        return f"chosen from the data: {line.split(':', 1)[1].strip()}" if line else "its preset's"
-
     def describe(self, dataset: str) -> str:
         if not self.reasons:
             return ""
@@ -68,20 +64,23 @@ class Choices:
 
 def choose(config: Config, data: DataProfile, *, given: set[str],
            step_cost: Callable[[Config, DataProfile], StepCost] = measure_step,
-           resumed: Config | None = None) -> Choices:
+           resumed: Config | None = None, held: dict | None = None) -> Choices:
     """The settings of `SETTINGS` that `given` (paths set by a preset, a file or a flag) does
     not hold, chosen for `data`; `step_cost` times a step of the chosen model here when the
     epochs are to be chosen (cvae/training/step_cost.py). A run that resumes
     (`resumed`: the config of the checkpoint it continues) keeps the epochs it chose when it
-    started, whatever the machine's speed now: a stopped run ends where it would have."""
+    started, whatever the machine's speed now: a stopped run ends where it would have.
+    `held`: the likelihood's options given by flags (by path) without its name, set on the
+    likelihood the run ends with (ConfigError, saying why it is that one, where it has none)."""
+    held = held or {}
     changes, reasons = {}, []
     binary = data.channels == 1 and data.between_share <= NEARLY_BINARY
     share = f"{100 * data.between_share:.0f}% of pixel values between the ends"
     if "likelihood.name" not in given and not binary:
         changes["likelihood.name"] = "logistic_mixture"
-        components = f"{MIXTURE_COMPONENTS} components"
-        if COMPONENTS in given:  # by a flag, applied to the likelihood chosen here
-            components = "its components as given"
+        components = f"{held.get(COMPONENTS, MIXTURE_COMPONENTS)} components"
+        if COMPONENTS in held:
+            components += " (given)"
         else:
             changes[COMPONENTS] = MIXTURE_COMPONENTS
         kind = "colour" if data.channels == 3 else "grey-level"
@@ -90,6 +89,11 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
     elif "likelihood.name" not in given:
         reasons.append(f"likelihood  {config.likelihood.name}: nearly binary grey images "
                        f"({share})")
+    if held:  # checked against the likelihood decided above, whose line is the last reason
+        decided = ("its preset's" if "likelihood.name" in given
+                   else f"chosen from the data: {reasons[-1].split(':', 1)[1].strip()}")
+        with_options(config.updated(changes), "likelihood", held, decided=decided)
+        changes.update(held)
     likelihood = config.updated(changes).likelihood  # chosen, or given by a flag or a file
     if likelihood.component.blends_modes and "drawing.pixel_sharpness" not in given:
         changes["drawing.pixel_sharpness"] = MIXTURE_SHARPNESS
