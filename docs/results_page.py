@@ -207,11 +207,11 @@ GROUPS = {
         "python scripts/example_datasets.py emoji runs/emoji "
         "--source runs/emoji-datasource-google-16.0.0.tgz",
         "cvae data --from runs/emoji --name emoji"),
-        cost="on 2 CPU cores about 30 minutes of training (the conv model: 29 to 40 epochs "
-        "chosen at a step timed at 2.9 to 2.1 s on an Intel Xeon with AVX-512), then 2 to 3 of "
-        "evaluation; the first evaluation also trains the "
-        "set's classifier (then kept): 1,872 steps at 0.31 s, about 10 minutes on an Intel "
-        "Xeon (AVX-512)"),
+        cost="on 2 CPU cores about 30 minutes of training (the conv model: 54 to 58 epochs "
+        "chosen at a step timed at 1.57 to 1.45 s on an AMD EPYC with AVX-512; 29 to 40 at 2.9 "
+        "to 2.1 s on an Intel Xeon), then 2 to 3 of evaluation; the first evaluation also "
+        "trains the set's classifier (then kept): 1,872 steps, about 5.5 minutes on the AMD "
+        "EPYC, 10 on the Intel Xeon"),
 }
 
 
