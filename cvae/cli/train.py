@@ -20,7 +20,6 @@ from cvae.config.sections import Config
 from cvae.config.settings import choices, coerce
 from cvae.data.specs import check_config
 
-LIKELIHOOD_NAME = "likelihood.name"
 LIKELIHOOD_OPTIONS = "likelihood.options."
 PRINTED_HEADER = ("Every field of a cvae train config (docs/configuration.md). Train it with\n"
                   "cvae train --config THIS_FILE; flags given beside --config override it.")
@@ -180,7 +179,7 @@ def likelihood_options_held(args: argparse.Namespace) -> dict[str, typing.Any]:
     """The likelihood's options that flags set while no flag or file names the likelihood, by
     path, typed: where the likelihood is chosen from the data (`cvae.training.choices`) they go
     to the one chosen, and are refused, saying so, where it has no such option."""
-    if LIKELIHOOD_NAME in given_paths(args):
+    if components.LIKELIHOOD_NAME in given_paths(args):
         return {}
     paths = flat.flat_names(Config)
     return {paths[name]: value for name, value in flag_values(args).items()
@@ -192,7 +191,7 @@ def check_held_options(config: Config, held: dict[str, typing.Any]) -> None:
     likelihood that has it (a wrong name or kind was refused by the parser already)."""
     for path, value in held.items():
         owner = components.option_owners("likelihood", path.rsplit(".", 1)[1])[0]
-        config.updated({LIKELIHOOD_NAME: owner, path: value}).validate()
+        config.updated({components.LIKELIHOOD_NAME: owner, path: value}).validate()
 
 
 def help_preset(argv: list[str]) -> str:

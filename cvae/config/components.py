@@ -35,6 +35,7 @@ REGISTRY: dict[str, dict[str, str]] = {
                    "logistic": "cvae.model.likelihoods:Logistic",
                    "logistic_mixture": "cvae.model.likelihoods:LogisticMixture"},
 }
+LIKELIHOOD_NAME = "likelihood.name"  # the path of the likelihood's name in a config
 ENVIRONMENT = {"model": "CVAE_MODEL_FAMILIES", "prior": "CVAE_PRIORS",
                "likelihood": "CVAE_LIKELIHOODS"}
 

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from typing import Callable
 
-from cvae.config.components import with_options
+from cvae.config.components import LIKELIHOOD_NAME, with_options
 from cvae.config.sections import RESUMABLE_CHANGES, Config
 from cvae.data.profile import DataProfile
 from cvae.model.layers import unfit_conv_sides
@@ -44,7 +44,7 @@ COMPONENTS = "likelihood.options.mixture_components"
 MIXTURE_SHARPNESS = 10.0
 CONV_SIDE = 64  # the smallest side of colour images that get the conv model
 TIME_BUDGET_SECONDS = 30 * 60  # what the chosen epochs aim to fit on this machine
-SETTINGS = ("likelihood.name", "model.options.architecture", "drawing.pixel_sharpness",
+SETTINGS = (LIKELIHOOD_NAME, "model.options.architecture", "drawing.pixel_sharpness",
             "data.validation_size", "run.epochs")
 
 
@@ -76,25 +76,28 @@ def choose(config: Config, data: DataProfile, *, given: set[str],
     changes, reasons = {}, []
     binary = data.channels == 1 and data.between_share <= NEARLY_BINARY
     share = f"{100 * data.between_share:.0f}% of pixel values between the ends"
-    if "likelihood.name" not in given and not binary:
-        changes["likelihood.name"] = "logistic_mixture"
+    if LIKELIHOOD_NAME in given:
+        decided = "its preset's"
+    elif not binary:
+        changes[LIKELIHOOD_NAME] = "logistic_mixture"
         components = f"{held.get(COMPONENTS, MIXTURE_COMPONENTS)} components"
         if COMPONENTS in held:
             components += " (given)"
         else:
             changes[COMPONENTS] = MIXTURE_COMPONENTS
         kind = "colour" if data.channels == 3 else "grey-level"
-        reasons.append(f"likelihood  logistic_mixture, {components}: "
-                       f"{kind} images ({share}); a Bernoulli needs nearly binary ones")
-    elif "likelihood.name" not in given:
-        reasons.append(f"likelihood  {config.likelihood.name}: nearly binary grey images "
-                       f"({share})")
-    if held:  # checked against the likelihood decided above, whose line is the last reason
-        decided = ("its preset's" if "likelihood.name" in given
-                   else f"chosen from the data: {reasons[-1].split(':', 1)[1].strip()}")
-        with_options(config.updated(changes), "likelihood", held, decided=decided)
+        why = f"{kind} images ({share}); a Bernoulli needs nearly binary ones"
+        decided = f"chosen from the data: {why}"
+        reasons.append(f"likelihood  logistic_mixture, {components}: {why}")
+    else:
+        why = f"nearly binary grey images ({share})"
+        decided = f"chosen from the data: {why}"
+        reasons.append(f"likelihood  {config.likelihood.name}: {why}")
+    settled = config.updated(changes)
+    if held:  # the likelihood's options given without its name: set on the one decided above
+        settled = with_options(settled, "likelihood", held, decided=decided)
         changes.update(held)
-    likelihood = config.updated(changes).likelihood  # chosen, or given by a flag or a file
+    likelihood = settled.likelihood  # chosen, or given by a flag or a file
     if likelihood.component.blends_modes and "drawing.pixel_sharpness" not in given:
         changes["drawing.pixel_sharpness"] = MIXTURE_SHARPNESS
         reasons.append(f"sharpness   {MIXTURE_SHARPNESS:g}: each pixel drawn from near its "
