@@ -25,6 +25,11 @@ from starlette._exception_handler import wrap_app_handling_exceptions
 from starlette.requests import Request
 
 
+# Starlette hands a handler of these to its error middleware, which the direct answer skips:
+# an app that registers one is answered through the whole stack.
+SERVER_ERRORS = {500, Exception}
+
+
 class ServiceApp(FastAPI):
     """FastAPI, with the routes of `answer_directly` answered past the router (see the module
     docstring)."""
@@ -43,8 +48,8 @@ class ServiceApp(FastAPI):
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not self.root_path:
             if self._direct_apps is None:
-                self._direct_apps = {path: self._direct_app(route)
-                                     for path, route in self._direct_routes.items()}
+                self._direct_apps = {} if SERVER_ERRORS & set(self.exception_handlers) else {
+                    path: self._direct_app(route) for path, route in self._direct_routes.items()}
             direct = self._direct_apps.get(scope["path"])
             if direct is not None:
                 scope["app"], scope["route"] = self, self._direct_routes[scope["path"]]

@@ -97,3 +97,12 @@ def test_no_model_is_the_same_503_either_way(tmp_path):
         assert status == 503 and headers["retry-after"]
         assert (status, headers, body) == answer(TestClient(through_the_stack(app)),
                                                  {"digit": 7})
+
+
+def test_an_app_with_its_own_500_handler_answers_through_the_stack(trained_run):
+    app = create_app(trained_run.directory)
+    app.add_exception_handler(Exception, lambda request, error: None)
+    with TestClient(app) as client:
+        app.middleware_stack = Counted(app.middleware_stack)
+        assert client.get("/sample", params={"digit": 7, "seed": 1, "n": 1}).status_code == 200
+        assert app.middleware_stack.calls == 1
