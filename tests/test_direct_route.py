@@ -8,6 +8,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.direct import ServiceApp
+from service.routes import sampling
 
 QUERIES = (
     {"digit": 7, "seed": 1, "n": 4},                  # 200, seeded: ETag, Cache-Control
@@ -73,9 +75,10 @@ def test_other_methods_and_paths_go_through_the_router(app):
 
 def test_the_apps_middleware_runs_on_the_direct_answer(app):
     client = TestClient(app)
+    before = app.middleware_stack.calls
     response = client.get("/sample", params={"digit": 7, "seed": 2, "n": 1},
                           headers={"x-request-id": "abc-123"})
-    assert response.status_code == 200
+    assert response.status_code == 200 and app.middleware_stack.calls == before
     assert response.headers["x-request-id"] == "abc-123"  # service.logs.RequestIdMiddleware
 
     def served(status: str) -> float:
@@ -93,16 +96,30 @@ def test_the_apps_middleware_runs_on_the_direct_answer(app):
 def test_no_model_is_the_same_503_either_way(tmp_path):
     app = create_app(tmp_path / "nothing-yet")
     with TestClient(app) as direct:
+        app.middleware_stack = Counted(app.middleware_stack)
         status, headers, body = answer(direct, {"digit": 7})
-        assert status == 503 and headers["retry-after"]
+        assert status == 503 and headers["retry-after"] and app.middleware_stack.calls == 0
         assert (status, headers, body) == answer(TestClient(through_the_stack(app)),
                                                  {"digit": 7})
 
 
-def test_an_app_with_its_own_500_handler_answers_through_the_stack(trained_run):
-    app = create_app(trained_run.directory)
-    app.add_exception_handler(Exception, lambda request, error: None)
-    with TestClient(app) as client:
-        app.middleware_stack = Counted(app.middleware_stack)
-        assert client.get("/sample", params={"digit": 7, "seed": 1, "n": 1}).status_code == 200
-        assert app.middleware_stack.calls == 1
+def test_an_unhandled_error_is_the_same_500_either_way(app, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the route")
+
+    monkeypatch.setattr(sampling, "grid_columns", broken)
+    direct = TestClient(app, raise_server_exceptions=False)
+    whole = TestClient(through_the_stack(app), raise_server_exceptions=False)
+    before = app.middleware_stack.calls
+    status, headers, body = answer(direct, {"digit": 7})
+    assert (status, body) == (500, b"Internal Server Error")
+    assert app.middleware_stack.calls == before
+    assert (status, headers, body) == answer(whole, {"digit": 7})
+
+
+def test_a_route_the_router_does_not_reach_at_its_path_goes_through_it():
+    app = ServiceApp()
+    app.include_router(sampling.router, prefix="/v1")
+    app.answer_directly(sampling.SAMPLE_ROUTE)
+    client = TestClient(app)
+    assert client.get("/sample").status_code == 404  # as the router answers it
