@@ -74,13 +74,13 @@ def create_app(checkpoint_dir: str | Path, *, poll_interval: float = 2.0,
                                  request_timeout=request_timeout, truncation=truncation,
                                  step=step, compilation_cache=compilation_cache)
     app = ServiceApp(title="cvae sampling service", lifespan=lifespan,
-                  description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
-                  # /docs and /redoc from local files (service/routes/api_docs.py), not a CDN
-                  docs_url=None, redoc_url=None,
-                  # The service reports through Prometheus (/metrics). FastAPI's OpenTelemetry
-                  # hooks would look up the global providers on every request: 4% of a
-                  # worker's Python time under load, for nothing.
-                  telemetry={"tracing": False, "metrics": False, "logs": False})
+                     description="Class-conditioned VAE digits as PNG grids. See docs/design.md.",
+                     # /docs and /redoc from local files (service/routes/api_docs.py), not a CDN
+                     docs_url=None, redoc_url=None,
+                     # The service reports through Prometheus (/metrics). FastAPI's OpenTelemetry
+                     # hooks would look up the global providers on every request: 4% of a
+                     # worker's Python time under load, for nothing.
+                     telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.metrics = metrics
     app.state.cache_control = f"public, max-age={cache_max_age}"
     app.add_exception_handler(RequestValidationError, validation_error_handler)

@@ -72,14 +72,14 @@ class ServiceApp(FastAPI):
     def _direct_app(self, route: APIRoute):
         """The route's handler inside the stack Starlette builds, less the router."""
         handler = route.get_route_handler()
-        by_status = {key: value for key, value in self.exception_handlers.items()
-                     if isinstance(key, int) and key not in SERVER_ERRORS}
-        by_class = {key: value for key, value in self.exception_handlers.items()
-                    if not isinstance(key, int) and key not in SERVER_ERRORS}
-        on_error = None  # as Starlette picks it: the last registered
+        on_error, by_status, by_class = None, {}, {}  # split as Starlette splits them
         for key, value in self.exception_handlers.items():
             if key in SERVER_ERRORS:
-                on_error = value
+                on_error = value  # the last one registered, as Starlette picks it
+            elif isinstance(key, int):
+                by_status[key] = value
+            else:
+                by_class[key] = value
 
         async def endpoint(scope, receive, send) -> None:
             scope["route"] = route
