@@ -25,6 +25,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Literal
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 from fastapi.encoders import jsonable_encoder
@@ -199,10 +200,15 @@ def query_model(model: type[BaseModel]):
     FastAPI's own per-parameter parsing costs about 0.04 ms more per request (measured), a
     tenth of this service's budget; errors come out the same (422, loc ["query", name]).
     Only for models without list fields (a repeated parameter keeps its last value here).
+    The query string is read as Starlette reads `request.query_params` (latin-1, blank values
+    kept, the last of a repeated name), into a plain dict, which pydantic reads faster than
+    Starlette's mapping.
     """
     async def parse(request: Request):
+        query = dict(parse_qsl(request.scope["query_string"].decode("latin-1"),
+                               keep_blank_values=True))
         try:
-            return model.model_validate(request.query_params)
+            return model.model_validate(query)
         except ValidationError as invalid:
             raise RequestValidationError([{**e, "loc": ("query", *e["loc"])}
                                           for e in invalid.errors(include_url=False)]) from None

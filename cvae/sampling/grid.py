@@ -36,14 +36,20 @@ from cvae.limits import DEFAULT_PAD, DEFAULT_SCALE, MAX_PAD, MAX_SCALE
 
 
 def _check_int(name: str, value: object, low: int, *, high: int | None = None) -> int:
-    """Returns `value` as an int, or raises ValueError naming `name` and the allowed range."""
-    allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    """Returns `value` as an int, or raises ValueError naming `name` and the allowed range.
+    (The service checks a grid's sizes on every request: the message is built only for an
+    error.)"""
+    if type(value) is not int and (isinstance(value, (bool, np.bool_))
+                                   or not isinstance(value, (int, np.integer))):
+        raise ValueError(f"{name} must be {_allowed(low, high)}, got {value!r}")
     value = int(value)
     if value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be {allowed}, got {value}")
+        raise ValueError(f"{name} must be {_allowed(low, high)}, got {value}")
     return value
+
+
+def _allowed(low: int, high: int | None) -> str:
+    return f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
 
 
 def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
@@ -53,7 +59,9 @@ def grid_columns(digit: int | None, n: int, cols: int | None) -> int:
     """
     if cols is not None:
         return cols
-    return n if digit is None else int(np.ceil(np.sqrt(n)))
+    if digit is None:
+        return n
+    return math.isqrt(n - 1) + 1 if n > 0 else 0  # ceil(sqrt(n)) in integers (no float)
 
 
 # A tile's shape when the caller names none: the default dataset's (height, width).

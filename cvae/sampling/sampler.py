@@ -152,8 +152,7 @@ class Sampler:
         for size in plan_blocks(len(inputs[0]), sizes or self.block_sizes):
             blocks = [x[start:start + size] for x in inputs]
             rows = len(blocks[0])
-            out = fn(self.variables, *(np.pad(block, [(0, size - rows)] + [(0, 0)] *
-                                              (block.ndim - 1)) for block in blocks))
+            out = fn(self.variables, *(_padded(block, size) for block in blocks))
             parts.append([np.asarray(value)[:rows]
                           for value in (out if isinstance(out, tuple) else (out,))])
             start += size
@@ -338,3 +337,13 @@ def create_sampler(model, config: Config, variables: dict, *, step: int = 0,
     return Sampler(config, variables, decode_fn, step, blocks, encode_fn=encode_fn,
                    code_decode_fn=code_decode_fn, prior_fn=prior_fn, classify_fn=classify_fn,
                    classify_block_sizes=reading_blocks)
+
+
+def _padded(block: np.ndarray, size: int) -> np.ndarray:
+    """`block` with zero rows added up to `size` rows (what `np.pad` gives, without its
+    per-call Python: the service pads every batch it decodes)."""
+    if len(block) == size:
+        return block
+    out = np.zeros((size, *block.shape[1:]), block.dtype)
+    out[:len(block)] = block
+    return out
