@@ -14,7 +14,7 @@ the batcher and the metrics.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import random
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -41,8 +41,10 @@ ServedModel = Annotated[Loaded, Depends(served_model)]
 
 
 def random_seed() -> int:
-    """A seed for a request that gave none (returned to the client as X-Seed)."""
-    return secrets.randbelow(RANDOM_SEED_LIMIT)
+    """A seed for a request that gave none (returned to the client as X-Seed). From Python's
+    `random`, which reseeds from the OS in every forked worker; not from `secrets`, which
+    reads the OS's entropy on every call: a seed is no secret, the reply carries it."""
+    return random.randrange(RANDOM_SEED_LIMIT)
 
 
 async def decode(request: Request, loaded: Loaded, work, finish=None):

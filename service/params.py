@@ -22,6 +22,7 @@ route does not take is a bad one too (`extra="forbid"`), so a typo such as `digi
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Literal
@@ -71,6 +72,12 @@ def _holds_int(annotation) -> bool:
     return annotation is int or any(map(_holds_int, typing.get_args(annotation)))
 
 
+@functools.cache
+def _int_field(model: type[BaseModel], name: str) -> bool:
+    """`_holds_int` of a model's field, worked out once (it is asked on every request)."""
+    return _holds_int(model.model_fields[name].annotation)
+
+
 class QueryModel(BaseModel):
     """A route's query string, its integers as written. Pydantic's lax mode reads '7.0' as 7,
     which the schema (type integer) refuses, so a client that follows the schema and this
@@ -79,7 +86,7 @@ class QueryModel(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _whole_numbers(cls, value, info):
-        if _holds_int(cls.model_fields[info.field_name].annotation):
+        if _int_field(cls, info.field_name):
             for item in value if isinstance(value, list) else (value,):
                 if isinstance(item, str) and not item.strip().lstrip("+-").isdigit():
                     raise PydanticCustomError("int_parsing", "Input should be a valid "
