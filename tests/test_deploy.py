@@ -419,6 +419,7 @@ def podman_runs_containers() -> str | None:
     errors = []
     for options, run_options in attempts:
         if options and not shutil.which(options[1]):
+            errors.append(f"no {options[1]} to try (apt-get install {options[1]})")
             continue
         PODMAN_OPTIONS[:], RUN_OPTIONS[:] = options, run_options
         ran = podman("run", "--rm", "--network", "none", *RUN_OPTIONS, BASE, "true", check=False)
@@ -438,7 +439,8 @@ def test_the_image_builds_from_its_context_and_its_own_command_serves_an_export(
     if os.environ.get("CVAE_TEST_IMAGE") != "1":
         pytest.skip("builds the image: set CVAE_TEST_IMAGE=1 to run it (minutes)")
     if not shutil.which("podman"):
-        pytest.skip("no podman (apt-get install podman mmdebstrap): the image is not built")
+        pytest.skip("no podman (apt-get install podman mmdebstrap runc): the image is not "
+                    "built")
     reason = podman_runs_containers()
     if reason:
         pytest.skip(reason)
