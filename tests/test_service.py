@@ -152,6 +152,18 @@ def test_same_seed_same_bytes_other_seed_differs(client, trained_run):
     assert client.get("/sample?digit=6&n=9&seed=42&temperature=0.8").content != first.content
 
 
+def test_the_query_string_is_read_as_starlette_reads_it(client):
+    """/sample parses its own query string (service/params.py, `query_model`): escapes are
+    decoded, the last of a repeated name counts, and a blank value is given (so refused)."""
+    plain = client.get("/sample?digit=7&n=4&seed=5").content
+    assert client.get("/sample?digit=3&digit=%37&n=4&seed=5").content == plain
+    assert client.get("/sample?digit=7&n=4&seed=5&seed=5").content == plain
+    blank = client.get("/sample?digit=&n=4&seed=5")
+    assert blank.status_code == 422
+    assert [(item["loc"], item["input"]) for item in blank.json()["detail"]] == [
+        (["query", "digit"], "")]
+
+
 def test_random_seed_is_reported_and_reproduces_the_picture(client):
     drawn = client.get("/sample?digit=2&n=4")
     seed = drawn.headers["x-seed"]
