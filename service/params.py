@@ -26,7 +26,6 @@ import functools
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Literal
-from urllib.parse import parse_qsl
 
 from fastapi import Request
 from fastapi.encoders import jsonable_encoder
@@ -207,13 +206,11 @@ def query_model(model: type[BaseModel]):
     FastAPI's own per-parameter parsing costs about 0.04 ms more per request (measured), a
     tenth of this service's budget; errors come out the same (422, loc ["query", name]).
     Only for models without list fields (a repeated parameter keeps its last value here).
-    The query string is read as Starlette reads `request.query_params` (latin-1, blank values
-    kept, the last of a repeated name), into a plain dict, which pydantic reads faster than
-    Starlette's mapping.
+    Starlette's query parameters are copied into a plain dict first (the last of a repeated
+    name): pydantic reads a dict in C, Starlette's mapping one Python call per field.
     """
     async def parse(request: Request):
-        query = dict(parse_qsl(request.scope["query_string"].decode("latin-1"),
-                               keep_blank_values=True))
+        query = dict(request.query_params.items())
         try:
             return model.model_validate(query)
         except ValidationError as invalid:

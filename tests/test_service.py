@@ -153,8 +153,9 @@ def test_same_seed_same_bytes_other_seed_differs(client, trained_run):
 
 
 def test_the_query_string_is_read_as_starlette_reads_it(client):
-    """/sample parses its own query string (service/params.py, `query_model`): escapes are
-    decoded, the last of a repeated name counts, and a blank value is given (so refused)."""
+    """/sample validates a plain copy of the query parameters (service/params.py,
+    `query_model`): escapes are decoded, the last of a repeated name counts, and a blank value
+    is given (so refused)."""
     plain = client.get("/sample?digit=7&n=4&seed=5").content
     assert client.get("/sample?digit=3&digit=%37&n=4&seed=5").content == plain
     assert client.get("/sample?digit=7&n=4&seed=5&seed=5").content == plain
