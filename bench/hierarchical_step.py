@@ -7,9 +7,11 @@ FLOP bound at this machine's matrix rate.
 
 One Adam step at batch 128 of 28x28 binary images (Bernoulli), the negative ELBO with every
 group's KL in closed form and the code's against N(0, I). Each round times `--steps` steps of
-each side, interleaved (`bench.rounds`); the times are medians of the rounds, the ratio the
-median of the per-round ratios. The FLOPs are XLA's count of the compiled JAX step; the bound is
-that count at the machine's matrix rate (`bench.machine.gemm_gflops`).
+each side, interleaved (`bench.rounds`): cvae's in one `lax.scan` call, as its training loop
+runs them (`--steps-per-call`), PyTorch's one after another. The times are medians of the
+rounds, the ratio the median of the per-round ratios. The FLOPs are XLA's count of one
+compiled JAX step; the bound is that count at the machine's matrix rate
+(`bench.machine.gemm_gflops`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ BATCH, SIDE, CLASSES = 128, 28, 10
 
 
 def jax_step(config, images: np.ndarray, labels: np.ndarray):
-    """(step, inputs, XLA's FLOPs of a step): jitted (params, opt_state, images, key) ->
-    (params, opt_state)."""
+    """(chunk, inputs, XLA's FLOPs of one step): `chunk(params, opt_state, images, keys)` runs
+    one Adam step per key in a `lax.scan`, jitted, -> (params, opt_state)."""
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
     optimizer = optax.adam(1e-3)
@@ -44,16 +46,20 @@ def jax_step(config, images: np.ndarray, labels: np.ndarray):
                             method="terms")
         return (terms.kl_dims.sum(-1) + terms.kl_rest - terms.log_px).mean()
 
-    @jax.jit
     def step(params, state, x, key):
         grads = jax.grad(loss)(params, x, key)
         updates, state = optimizer.update(grads, state, params)
         return optax.apply_updates(params, updates), state
 
+    @jax.jit
+    def chunk(params, state, x, keys):
+        return jax.lax.scan(lambda carry, key: (step(*carry, x, key), None),
+                            (params, state), keys)[0]
+
     params = variables["params"]
-    inputs = (params, optimizer.init(params), jnp.asarray(images), jax.random.key(1))
-    flops = step.lower(*inputs).compile().cost_analysis()["flops"]
-    return step, inputs, flops
+    inputs = (params, optimizer.init(params), jnp.asarray(images))
+    flops = jax.jit(step).lower(*inputs, jax.random.key(1)).compile().cost_analysis()["flops"]
+    return chunk, inputs, flops
 
 
 def torch_step(options, images: np.ndarray, labels: np.ndarray):
@@ -161,15 +167,13 @@ def measure(width: int = 32, depths: tuple[int, ...] = (1, 2, 2), latent_channel
     rng = np.random.default_rng(0)
     images = (rng.random((BATCH, SIDE * SIDE)) < 0.2).astype(np.float32)
     labels = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-    step, inputs, flops = jax_step(config, images, labels)
-    params, opt_state, x, key = inputs
-    state = jax.block_until_ready(step(params, opt_state, x, key))
+    chunk, (params, opt_state, x), flops = jax_step(config, images, labels)
+    keys = jax.random.split(jax.random.key(1), steps)
+    state = jax.block_until_ready(chunk(params, opt_state, x, keys))
 
     def ours():
         nonlocal state
-        for _ in range(steps):
-            state = step(*state, x, key)
-        jax.block_until_ready(state)
+        state = jax.block_until_ready(chunk(*state, x, keys))
 
     sides = {"cvae (JAX)": ours}
     try:
@@ -191,7 +195,8 @@ def markdown(results: dict, tag: str) -> str:
              f"{results['latent_channels']}` at batch {BATCH} ({tag}): "
              f"{results['flops'] / 1e9:.2f} GFLOP by XLA's count, so {1e3 * bound:.0f} ms at "
              f"this machine's {results['gflops']:.0f} GFLOP/s. PyTorch runs the same network "
-             "with channels-last convolutions (`python -m bench.hierarchical_step`).", "",
+             "with channels-last convolutions; cvae's steps run in one `lax.scan` call, as it "
+             "trains (`python -m bench.hierarchical_step`).", "",
              "| side | ms a step (median) | images/s | share of the bound | rounds (ms) |",
              "|---|---:|---:|---:|---|"]
     for name, values in seconds.items():

@@ -13,10 +13,9 @@ prior is the family's shared prior over codes (`Family.log_prior`), so the fitte
 priors, transfer and walks work on it. Every cell adds a projection of the class to its input.
 
 A cell is VDVAE's bottleneck: 1x1 to a quarter of the width, two 3x3, 1x1 back, added to its
-input. The 3x3 convolutions are written as nine shifted slices and one matrix product
-(`conv3x3`), whose gradient is slices and matrix products too: XLA:CPU runs those at its matrix
-rate inside the training loop, where it runs its own convolutions' gradients as plain loops
-(`cvae.model.convolution`).
+input. The 3x3 convolutions (`cvae.model.convolution.Conv3x3`) run XLA's convolution forward
+and for the input's gradient, and the kernel's gradient as shifted slices and one matrix
+product: inside the training loop XLA:CPU runs its own convolutions' gradients as plain loops.
 
 Noise and latent vectors are the groups flattened and concatenated in top-down order, the
 code's group first, like the ladder's.
@@ -35,10 +34,15 @@ import jax.numpy as jnp
 
 from cvae.config.settings import setting
 from cvae.model import densities, objectives
+from cvae.model.convolution import Conv3x3
 from cvae.model.interface import Family, Terms
 from cvae.model.layers import soft_clamp
 
 LOGVAR_BOUND = 8.0
+# The layers' parameter names in a cell and in the classifier, in order: those flax gave them
+# when each 3x3 convolution was a Dense over its windows, whose parameters `Conv3x3` keeps, so
+# that checkpoints written then still load.
+LAYER_NAMES = tuple(f"Dense_{i}" for i in range(5))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,19 +76,6 @@ def group_shapes(options: Options, height: int, width: int) -> list[tuple[int, i
     return shapes
 
 
-def conv3x3(features: int, name: str | None = None) -> Callable:
-    """A 3x3 "SAME" convolution of stride 1 as nine shifted slices and one Dense."""
-    dense = nn.Dense(features, name=name)
-
-    def apply(h: jax.Array) -> jax.Array:
-        _, height, width, _ = h.shape
-        padded = jnp.pad(h, ((0, 0), (1, 1), (1, 1), (0, 0)))
-        taps = [padded[:, i:i + height, j:j + width] for i in range(3) for j in range(3)]
-        return dense(jnp.concatenate(taps, axis=-1))
-
-    return apply
-
-
 class Cell(nn.Module):
     """VDVAE's residual bottleneck with the class added to its input."""
 
@@ -93,11 +84,13 @@ class Cell(nn.Module):
     @nn.compact
     def __call__(self, h: jax.Array, onehot: jax.Array) -> jax.Array:
         mid = max(self.width // 4, 8)
-        x = h + nn.Dense(self.width, use_bias=False)(onehot)[:, None, None, :]
-        x = nn.Dense(mid)(nn.gelu(x))
-        x = conv3x3(mid)(nn.gelu(x))
-        x = conv3x3(mid)(nn.gelu(x))
-        return h + nn.Dense(self.width, kernel_init=nn.initializers.zeros)(nn.gelu(x))
+        names = iter(LAYER_NAMES)
+        x = h + nn.Dense(self.width, use_bias=False, name=next(names))(onehot)[:, None, None, :]
+        x = nn.Dense(mid, name=next(names))(nn.gelu(x))
+        x = Conv3x3(mid, name=next(names))(nn.gelu(x))
+        x = Conv3x3(mid, name=next(names))(nn.gelu(x))
+        return h + nn.Dense(self.width, kernel_init=nn.initializers.zeros,
+                            name=next(names))(nn.gelu(x))
 
 
 class ConvClassifier(nn.Module):
@@ -110,10 +103,11 @@ class ConvClassifier(nn.Module):
 
     @nn.compact
     def __call__(self, images: jax.Array, *, train: bool = False) -> jax.Array:
-        h = nn.gelu(conv3x3(self.width)(images.reshape(-1, *self.image_shape)))
+        names = iter(LAYER_NAMES)
+        h = nn.gelu(Conv3x3(self.width, name=next(names))(images.reshape(-1, *self.image_shape)))
         h = nn.avg_pool(h, (2, 2), strides=(2, 2), padding="SAME")
-        h = nn.gelu(conv3x3(self.width)(h))
-        return nn.Dense(self.classes)(h.mean(axis=(1, 2)))
+        h = nn.gelu(Conv3x3(self.width, name=next(names))(h))
+        return nn.Dense(self.classes, name=next(names))(h.mean(axis=(1, 2)))
 
 
 class Group(NamedTuple):
