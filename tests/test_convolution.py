@@ -55,37 +55,41 @@ def test_the_gradients_are_flax_s_to_rounding(theirs, ours, shape):
         np.testing.assert_allclose(mine, flax_s, rtol=1e-5, atol=1e-5 * np.abs(flax_s).max())
 
 
-def primitives(jaxpr) -> list[str]:
-    """Every primitive's name in a jaxpr, its sub-jaxprs (the custom rule's) included."""
-    names = []
+def all_equations(jaxpr) -> list:
+    """Every equation of a jaxpr and of its sub-jaxprs (the custom rules')."""
+    found = []
     for equation in jaxpr.eqns:
-        names.append(equation.primitive.name)
+        found.append(equation)
         for value in equation.params.values():
             for inner in value if isinstance(value, (list, tuple)) else [value]:
                 inner = getattr(inner, "jaxpr", inner)
                 if hasattr(inner, "eqns"):
-                    names += primitives(inner)
-    return names
+                    found += all_equations(inner)
+    return found
 
 
-def test_the_backward_pass_has_no_convolution():
-    """What makes a conv step fast in the training loop (module docstring): a gradient step
-    runs the forward convolutions and nothing else of the kind."""
-    config = test_config().replace(architecture="conv", hidden_sizes=(16,))
+def gradient_step(config, batch: int):
+    """(the jaxpr of the gradient of a batch's log p(x|z, y), the model's variables)."""
     model = create_model(config)
     variables = init_variables(model, jax.random.key(0))
-    images, labels = jnp.zeros((4, 784)), jnp.arange(4)
-
-    noise = jax.random.normal(jax.random.key(1), (1, 4, model.noise_dim))
+    images, labels = jnp.zeros((batch, 784)), jnp.arange(batch)
+    noise = jax.random.normal(jax.random.key(1), (1, batch, model.noise_dim))
 
     def loss(params):
         terms = model.apply({**variables, "params": params}, images, labels, noise,
                             method="terms")
         return jnp.sum(terms.log_px)
 
-    step = jax.make_jaxpr(jax.grad(loss))(variables["params"])
-    assert primitives(step.jaxpr).count("conv_general_dilated") == 4  # 2 encoder, 2 decoder
-    assert "dot_general" in primitives(step.jaxpr)
+    return jax.make_jaxpr(jax.grad(loss))(variables["params"]).jaxpr, variables
+
+
+def test_the_backward_pass_has_no_convolution():
+    """What makes a conv step fast in the training loop (module docstring): a gradient step
+    runs the forward convolutions and nothing else of the kind."""
+    jaxpr, _ = gradient_step(test_config().replace(architecture="conv", hidden_sizes=(16,)), 4)
+    primitives = [equation.primitive.name for equation in all_equations(jaxpr)]
+    assert primitives.count("conv_general_dilated") == 4  # 2 encoder, 2 decoder
+    assert "dot_general" in primitives
 
 
 def test_a_conv_models_bayes_reading_of_1024_digits_fits_in_memory():
@@ -127,21 +131,10 @@ def test_the_hierarchical_step_runs_forward_convolutions_only():
     layout of the forward pass: two a 3x3 layer (its output and its input's gradient), none
     for a kernel's gradient (a matrix product instead), and the cells keep the Dense names
     their parameters had."""
-    config = test_config().replace(model="hierarchical", width=8, depths=(1, 1),
-                                   latent_channels=2)
-    model = create_model(config)
-    variables = init_variables(model, jax.random.key(0))
-    images, labels = jnp.zeros((2, 784)), jnp.arange(2)
-    noise = jax.random.normal(jax.random.key(1), (1, 2, model.noise_dim))
-
-    def loss(params):
-        terms = model.apply({**variables, "params": params}, images, labels, noise,
-                            method="terms")
-        return jnp.sum(terms.log_px)
-
-    step = jax.make_jaxpr(jax.grad(loss))(variables["params"])
-    convolutions = [eq for eq in all_equations(step.jaxpr)
-                    if eq.primitive.name == "conv_general_dilated"]
+    jaxpr, variables = gradient_step(test_config().replace(
+        model="hierarchical", width=8, depths=(1, 1), latent_channels=2), 2)
+    convolutions = [equation for equation in all_equations(jaxpr)
+                    if equation.primitive.name == "conv_general_dilated"]
     cells = [name for name in variables["params"] if name.startswith(("encoder", "decoder"))]
     assert len(convolutions) == 2 * 2 * len(cells)
     forward = convolutions[0].params["dimension_numbers"]
@@ -151,15 +144,3 @@ def test_the_hierarchical_step_runs_forward_convolutions_only():
     assert sorted(cell) == list(hierarchical.LAYER_NAMES)
     assert cell["Dense_2"]["kernel"].shape == (9 * 8, 8)
 
-
-def all_equations(jaxpr) -> list:
-    """Every equation of a jaxpr and of its sub-jaxprs (the custom rules')."""
-    found = []
-    for equation in jaxpr.eqns:
-        found.append(equation)
-        for value in equation.params.values():
-            for inner in value if isinstance(value, (list, tuple)) else [value]:
-                inner = getattr(inner, "jaxpr", inner)
-                if hasattr(inner, "eqns"):
-                    found += all_equations(inner)
-    return found
