@@ -5,8 +5,9 @@
 Every candidate is a jitted Adam step of its own loss, scanned over `--steps` steps per call as
 the training loop's chunk is, on the default model's sizes (MLP 784-512-256, latent 16, batch
 128, Bernoulli): the one-latent CVAE with the ELBO, IWAE and DReG with K = 5, a two-layer ladder
-VAE (16 + 8) with the ELBO and with DReG K = 5, a VampPrior (50 pseudo-inputs a class: 500
-encoder rows a step) and a learned mixture (10 components a class). Each loss is the training
+VAE (16 + 8) with the ELBO and with DReG K = 5, the hierarchical family at its own defaults
+with the ELBO, a VampPrior (50 pseudo-inputs a class: 500 encoder rows a step) and a learned
+mixture (10 components a class). Each loss is the training
 step's own (`objectives.row_terms` and `objectives.batch_loss` on the family's terms, as
 `cvae.training.supervision.FullLabels.loss` takes them), so the ratios compare like with like.
 Candidates run in interleaved rounds (bench/rounds.py) and each ratio to the ELBO step is the
@@ -75,6 +76,11 @@ def ladder_losses(config):
                                                             importance_samples=K))}
 
 
+def hierarchical_losses(config):
+    """{name: (init_fn, loss_fn)} of the hierarchical family at its own options' defaults."""
+    return {"hierarchical": candidate(config.replace(model="hierarchical", free_bits=0.0))}
+
+
 def create_chunk(init_fn, loss_fn, x, y, steps: int):
     """A jitted `chunk(params, opt_state, key) -> (params, opt_state)` of `steps` Adam steps."""
     tx = optax.adam(1e-3)
@@ -108,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     x = (jnp.asarray(synthetic_images(labels.tolist()).reshape(-1, 784)) > 127).astype(
         jnp.float32)
     candidates, compile_seconds = {}, {}
-    for name, (init_fn, loss_fn) in {**cvae_losses(config), **ladder_losses(config)}.items():
+    for name, (init_fn, loss_fn) in {**cvae_losses(config), **ladder_losses(config),
+                                     **hierarchical_losses(config)}.items():
         chunk, params, opt_state = create_chunk(init_fn, loss_fn, x, labels, options.steps)
         start = time.perf_counter()
         jax.block_until_ready(chunk(params, opt_state, jax.random.key(1)))

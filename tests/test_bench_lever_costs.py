@@ -10,7 +10,8 @@ from bench import lever_costs
 from cvae.config import presets
 
 CONFIG = presets.test()
-CANDIDATES = {**lever_costs.cvae_losses(CONFIG), **lever_costs.ladder_losses(CONFIG)}
+CANDIDATES = {**lever_costs.cvae_losses(CONFIG), **lever_costs.ladder_losses(CONFIG),
+              **lever_costs.hierarchical_losses(CONFIG)}
 
 
 @pytest.mark.parametrize("name", sorted(CANDIDATES))
